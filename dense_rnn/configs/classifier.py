@@ -1,0 +1,40 @@
+"""The configuration shared by every sentence/document classifier.
+
+Each model family keeps its named configs (one per paper row) in its own module,
+``dense_rnn/configs/<family>.py``, as a ``CONFIGS: dict[str, ClassifierConfig]``. A config
+names its model class in ``dense_rnn.models.CLASSIFIERS``; the class is built as
+``cls(vocab_size=V, num_classes=C, embed_size=config.embed_size, **config.model_args)``
+and called as ``model(tokens[B, T] int32, lengths[B] int32, deterministic=bool) -> logits[B, C]``.
+Its word embedding is a submodule named ``embed`` (``nn.Embed``), so the trainer can load
+GloVe vectors into it and freeze it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassifierConfig:
+    """A classifier and how to train it. Values default to Ding et al. 2018's recipe."""
+
+    name: str
+    model: str
+    model_args: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    embed_size: int = 300
+    freeze_embeddings: bool = False
+    learning_rate: float = 0.005
+    batch_size: int = 200
+    max_epochs: int = 20
+    max_grad_norm: float = 0.0  # 0: no clipping
+    l2: float = 0.0  # L2 weight on the softmax weights
+    early_stopping_patience: int = 5  # epochs without dev improvement; 0: off
+    seed: int = 0
+    paper: str = ""  # the paper row this config reproduces, with its reported numbers
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["model_args"] = dict(self.model_args)
+        return d

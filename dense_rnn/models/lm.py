@@ -1,0 +1,70 @@
+"""Word-level LSTM language models: stacked (Zaremba et al. 2014) and densely connected
+(Godin et al. 2017).
+
+* stacked: ``y_t = softmax(W h_{L,t} + b)`` (Godin eq. 5-7).
+* dense:   layer ``l`` reads ``[h_{l-1,t}; ...; h_{1,t}; e_t]`` (eq. 10) and
+  ``y_t = softmax(W [h_{L,t}; ...; h_{1,t}; e_t] + b)`` (eq. 11).
+
+Dropout acts on the embedding and on every layer's output (non-recurrent connections);
+``variational=True`` draws one mask per sequence (Gal & Ghahramani 2016; Inan et al. 2017).
+All weights, biases included, are initialised uniformly in ``[-init_scale, init_scale]``.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from dense_rnn import cells, recurrent, stack
+
+Array = jax.Array
+
+
+class LanguageModel(nn.Module):
+    """An embedding, ``num_layers`` LSTM layers and a softmax over the vocabulary.
+
+    Call ``model.apply(variables, tokens, carries, deterministic=...)`` with ``tokens`` of
+    shape (batch, time); returns ``(logits (batch, time, vocab), final_carries)``. Pass the
+    returned carries to the next window for truncated BPTT; ``zero_carries`` starts a stream.
+    """
+
+    vocab_size: int
+    embed_size: int
+    hidden_size: int
+    num_layers: int
+    connectivity: str = "stacked"
+    dropout_rate: float = 0.0
+    variational: bool = False
+    init_scale: float = 0.05
+    scan_unroll: int = 1
+
+    def zero_carries(self, batch: int, dtype=jnp.float32) -> tuple:
+        zero = cells.get_cell("lstm").zero_carry
+        return tuple(zero((batch,), self.hidden_size, dtype) for _ in range(self.num_layers))
+
+    @nn.compact
+    def __call__(
+        self, tokens: Array, carries: tuple | None = None, *, deterministic: bool = True
+    ) -> tuple[Array, tuple]:
+        init = recurrent.uniform_init(self.init_scale)
+        e = nn.Embed(self.vocab_size, self.embed_size, embedding_init=init, name="embed")(tokens)
+        broadcast = (1,) if self.variational else ()
+        e = nn.Dropout(self.dropout_rate, broadcast_dims=broadcast)(e, deterministic)
+        if carries is None:
+            carries = self.zero_carries(tokens.shape[0], e.dtype)
+        carries, features = stack.RecurrentStack(
+            cell="lstm",
+            features=(self.hidden_size,) * self.num_layers,
+            connectivity=self.connectivity,
+            dropout_rate=self.dropout_rate,
+            variational=self.variational,
+            unroll=self.scan_unroll,
+            kernel_init=init,
+            recurrent_init=init,
+            bias_init=init,
+            name="rnn",
+        )(e, carries, deterministic=deterministic)
+        top = stack.dense_input(features) if self.connectivity == "dense" else features[-1]
+        logits = nn.Dense(self.vocab_size, kernel_init=init, bias_init=init, name="softmax")(top)
+        return logits, carries
