@@ -87,11 +87,11 @@ class RecurrentStack(nn.Module):
         layer_cls = recurrent.Bidirectional if self.bidirectional else recurrent.Recurrent
         carries = carries if carries is not None else (None,) * len(self.features)
         outputs, new_carries = [x], []
-        for l, (n, carry) in enumerate(zip(self.features, carries, strict=True)):
+        for i, (n, carry) in enumerate(zip(self.features, carries, strict=True)):
             inp = dense_input(outputs) if self.connectivity == "dense" else outputs[-1]
             layer = layer_cls(
                 cell=self.cell, features=n, unroll=self.unroll, kernel_init=self.kernel_init,
-                recurrent_init=self.recurrent_init, bias_init=self.bias_init, name=f"layer_{l}",
+                recurrent_init=self.recurrent_init, bias_init=self.bias_init, name=f"layer_{i}",
             )
             rmask = self.recurrent_masks(x.shape[0], n, deterministic)
             carry, h = layer(inp, carry, lengths, rmask)

@@ -1,0 +1,30 @@
+"""absl flags that override any scalar field of a config dataclass."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+
+from absl import flags
+
+_DEFINE = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer, float: flags.DEFINE_float,
+           str: flags.DEFINE_string}
+
+
+def define_override_flags(cls: type, skip: tuple[str, ...] = ("name",)) -> list[str]:
+    """Defines ``--<field>`` (default: the config's value) for each scalar field of ``cls``."""
+    hints = typing.get_type_hints(cls)
+    names = []
+    for f in dataclasses.fields(cls):
+        define = _DEFINE.get(hints[f.name])
+        if define is None or f.name in skip:
+            continue
+        define(f.name, None, f"Override the config's {f.name}.")
+        names.append(f.name)
+    return names
+
+
+def apply_overrides(config, names: list[str], values: flags.FlagValues):
+    """``config`` with every flag in ``names`` that was given on the command line."""
+    given = {n: values[n].value for n in names if values[n].present}
+    return dataclasses.replace(config, **given)

@@ -1,0 +1,126 @@
+"""Penn Treebank for word-level language modelling (Mikolov's splits).
+
+Loaded through Hugging Face ``datasets``: the local ``ptb.{train,valid,test}.txt`` files
+with the ``text`` builder, or a hub dataset (e.g. ``ptb_text_only``) for users online.
+Each line is a sentence; ``<eos>`` ends it. The corpus is laid out as ``batch`` contiguous
+streams and cut into windows of ``num_steps`` tokens for truncated BPTT (Zaremba et al.).
+"""
+
+from __future__ import annotations
+
+import codecs
+import collections
+import dataclasses
+import os
+
+import numpy as np
+
+from dense_rnn.errors import UserError
+
+SPLITS = ("train", "valid", "test")
+EOS = "<eos>"
+UNK = "<unk>"
+
+
+@dataclasses.dataclass(frozen=True)
+class Corpus:
+    """Token ids of each split and the vocabulary (id -> word)."""
+
+    vocab: list[str]
+    train: np.ndarray
+    valid: np.ndarray
+    test: np.ndarray
+
+    def split(self, name: str) -> np.ndarray:
+        return getattr(self, name)
+
+
+def _check_text_file(path: str) -> None:
+    if not os.path.isfile(path):
+        raise UserError(f"missing PTB file {path}; pass --data_dir=DIR holding "
+                        "ptb.train.txt, ptb.valid.txt and ptb.test.txt")
+    if os.path.getsize(path) == 0:
+        raise UserError(f"PTB file {path} is empty; restore it from the PTB distribution")
+    with open(path, "rb") as f:
+        head = f.read(1 << 16)
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+        text_like = b"\0" not in head
+    except UnicodeDecodeError:
+        text_like = False
+    if not text_like:
+        raise UserError(f"PTB file {path} is not UTF-8 text; point --data_dir at the "
+                        "plain-text PTB files")
+
+
+def _load_lines(data_dir: str | None, hf_dataset: str | None) -> dict[str, list[str]]:
+    import datasets
+
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()
+    if hf_dataset:
+        ds = datasets.load_dataset(hf_dataset)
+        names = {"train": "train", "valid": "validation", "test": "test"}
+        column = "sentence" if "sentence" in ds["train"].column_names else "text"
+        return {s: ds[names[s]][column] for s in SPLITS}
+    if not data_dir or not os.path.isdir(data_dir):
+        raise UserError(f"PTB data dir {data_dir!r} does not exist; pass --data_dir=DIR holding "
+                        "ptb.train.txt, ptb.valid.txt and ptb.test.txt")
+    files = {s: os.path.join(data_dir, f"ptb.{s}.txt") for s in SPLITS}
+    for path in files.values():
+        _check_text_file(path)
+    ds = datasets.load_dataset("text", data_files=files, keep_in_memory=True)
+    return {s: ds[s]["text"] for s in SPLITS}
+
+
+def build_vocab(lines: list[str]) -> list[str]:
+    """Words by decreasing count, ties by word; ``<eos>`` counted once per line."""
+    counts = collections.Counter(w for line in lines for w in line.split())
+    counts[EOS] += len(lines)
+    return sorted(counts, key=lambda w: (-counts[w], w))
+
+
+def encode(lines: list[str], word_to_id: dict[str, int]) -> np.ndarray:
+    unk = word_to_id.get(UNK)
+    ids = []
+    for line in lines:
+        for w in line.split() + [EOS]:
+            i = word_to_id.get(w, unk)
+            if i is None:
+                raise UserError(f"word {w!r} is not in the training vocabulary and the "
+                                f"corpus has no {UNK} token")
+            ids.append(i)
+    return np.asarray(ids, np.int32)
+
+
+def load_ptb(data_dir: str | None, hf_dataset: str | None = None) -> Corpus:
+    """Reads the three splits; the vocabulary comes from the training split."""
+    lines = _load_lines(data_dir, hf_dataset)
+    vocab = build_vocab(lines["train"])
+    word_to_id = {w: i for i, w in enumerate(vocab)}
+    splits = {s: encode(lines[s], word_to_id) for s in SPLITS}
+    for s, ids in splits.items():
+        if len(ids) < 2:
+            raise UserError(f"PTB split {s!r} holds no text; check the files in {data_dir}")
+    return Corpus(vocab=vocab, **splits)
+
+
+def batchify(ids: np.ndarray, batch: int) -> np.ndarray:
+    """Lays ``ids`` out as ``batch`` contiguous streams: ``(batch, len(ids) // batch)``."""
+    n = len(ids) // batch
+    if n < 2:
+        raise UserError(f"a split of {len(ids)} tokens is too short for batch size {batch}")
+    return ids[: batch * n].reshape(batch, n)
+
+
+def num_windows(streams: np.ndarray, num_steps: int, drop_remainder: bool) -> int:
+    """Windows per pass; the last, shorter one is kept unless ``drop_remainder``."""
+    n = streams.shape[1] - 1
+    return n // num_steps if drop_remainder else -(-n // num_steps)
+
+
+def window(streams: np.ndarray, i: int, num_steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """Inputs and next-word targets of window ``i``: ``(batch, <= num_steps)`` each."""
+    start = i * num_steps
+    end = min(start + num_steps, streams.shape[1] - 1)
+    return streams[:, start:end], streams[:, start + 1 : end + 1]

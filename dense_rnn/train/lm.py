@@ -1,0 +1,293 @@
+"""Training and evaluation of the PTB language models (truncated BPTT, Zaremba et al.).
+
+The loss is the cross-entropy summed over the ``num_steps`` time steps and averaged over
+the batch (Zaremba's recipe, for which "lr 1, clip 5" is meant); perplexity is
+``exp(total NLL / target tokens)``. The hidden state is carried from window to window and
+reset at the start of every epoch and every evaluation.
+
+Dropout keys are ``fold_in(key(seed), global_step)``, so a run resumed from a checkpoint
+(params, optimizer state, carried state, position in the data) continues bit for bit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from dense_rnn.configs.ptb import LMConfig
+from dense_rnn.data import ptb
+from dense_rnn.errors import UserError
+from dense_rnn.models.lm import LanguageModel
+from dense_rnn.train import checkpoint, metrics
+
+# Fields that may change when a run is resumed; every other field must match.
+RESUMABLE_FIELDS = ("max_epochs", "max_steps", "early_stopping_patience", "log_every_steps",
+                    "checkpoint_every_steps", "eval_batch_size")
+
+
+def make_model(c: LMConfig) -> LanguageModel:
+    return LanguageModel(
+        vocab_size=c.vocab_size, embed_size=c.embed_size, hidden_size=c.hidden_size,
+        num_layers=c.num_layers, connectivity=c.connectivity, dropout_rate=c.dropout_rate,
+        variational=c.variational, init_scale=c.init_scale, scan_unroll=c.scan_unroll,
+    )
+
+
+def init_params(c: LMConfig, key: jax.Array) -> Any:
+    tokens = jnp.zeros((c.batch_size, c.num_steps), jnp.int32)
+    return make_model(c).init(key, tokens)["params"]
+
+
+def num_params(c: LMConfig) -> int:
+    shapes = jax.eval_shape(lambda: init_params(c, jax.random.key(0)))
+    return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes))
+
+
+def learning_rate_schedule(c: LMConfig, steps_per_epoch: int) -> Callable[[Any], Any]:
+    """``lr`` for the first ``decay_after_epochs`` epochs, then ``x lr_decay`` per epoch."""
+
+    def schedule(step):
+        epoch = step // steps_per_epoch
+        return c.learning_rate * c.lr_decay ** jnp.maximum(epoch - c.decay_after_epochs + 1, 0)
+
+    return schedule
+
+
+def make_optimizer(c: LMConfig, steps_per_epoch: int) -> optax.GradientTransformation:
+    return optax.chain(
+        optax.clip_by_global_norm(c.max_grad_norm),
+        optax.sgd(learning_rate_schedule(c, steps_per_epoch)),
+    )
+
+
+def sequence_nll(logits: jax.Array, targets: jax.Array) -> jax.Array:
+    """Per-token negative log-likelihood, ``(batch, time)``."""
+    return optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+
+
+def make_train_step(model: LanguageModel, tx: optax.GradientTransformation, seed: int):
+    """A jitted ``(params, opt_state, carries, x, y, step) -> (params, opt_state, carries,
+    nll_sum)``; ``nll_sum`` is the summed NLL of the window (for perplexity)."""
+    base_key = jax.random.key(seed)
+
+    def train_step(params, opt_state, carries, x, y, step):
+        rng = jax.random.fold_in(base_key, step)
+
+        def loss_fn(p):
+            logits, new_carries = model.apply(
+                {"params": p}, x, carries, deterministic=False, rngs={"dropout": rng})
+            nll = sequence_nll(logits, y).sum()
+            return nll / x.shape[0], (new_carries, nll)
+
+        grads, (carries, nll) = jax.grad(loss_fn, has_aux=True)(params)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, carries, nll
+
+    return jax.jit(train_step, donate_argnums=(0, 1, 2))
+
+
+def make_eval_step(model: LanguageModel):
+    def eval_step(params, carries, x, y):
+        logits, carries = model.apply({"params": params}, x, carries, deterministic=True)
+        return carries, sequence_nll(logits, y).sum()
+
+    return jax.jit(eval_step)
+
+
+def evaluate(model: LanguageModel, eval_step, params, ids: np.ndarray, batch: int,
+             num_steps: int) -> float:
+    """Perplexity of ``params`` on ``ids``, state carried across windows from zero."""
+    streams = ptb.batchify(ids, batch)
+    carries = model.zero_carries(batch)
+    total = jnp.zeros(())
+    for i in range(ptb.num_windows(streams, num_steps, drop_remainder=False)):
+        x, y = ptb.window(streams, i, num_steps)
+        carries, nll = eval_step(params, carries, x, y)
+        total = total + nll
+    return math.exp(float(total) / (batch * (streams.shape[1] - 1)))
+
+
+def _format_eta(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
+def _check_finite(value: float, step: int, workdir: str) -> None:
+    if not math.isfinite(value):
+        raise UserError(
+            f"training loss is {value} at step {step}; the last good checkpoint in "
+            f"{workdir}/checkpoints is kept: lower --learning_rate or --max_grad_norm and resume"
+        )
+
+
+@dataclasses.dataclass
+class Progress:
+    """Where a run stands; saved with every checkpoint."""
+
+    epoch: int = 0  # epochs completed
+    step_in_epoch: int = 0
+    global_step: int = 0
+    best_valid_ppl: float = float("inf")
+    best_epoch: int = 0
+    bad_epochs: int = 0
+    train_seconds: float = 0.0
+    train_tokens: int = 0
+    wall_seconds: float = 0.0
+    done: bool = False  # early-stopped
+
+
+def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
+                       hf_dataset: str | None = None, log: Callable[[str], None] = print
+                       ) -> dict[str, Any]:
+    """Trains ``c`` (resuming from ``workdir`` if it holds a checkpoint), then reports the
+    test perplexity of the best-validation parameters. Returns the summary."""
+    wall_start = time.time()
+    identity = {k: v for k, v in c.to_dict().items() if k not in RESUMABLE_FIELDS}
+    ckpt = checkpoint.Checkpointer(workdir, identity)
+    corpus = ptb.load_ptb(data_dir, hf_dataset)
+    if len(corpus.vocab) > c.vocab_size:
+        raise UserError(f"the corpus has {len(corpus.vocab)} word types but the config's "
+                        f"vocab_size is {c.vocab_size}; pass --vocab_size={len(corpus.vocab)}")
+    model = make_model(c)
+    train_streams = ptb.batchify(corpus.train, c.batch_size)
+    steps_per_epoch = ptb.num_windows(train_streams, c.num_steps, drop_remainder=True)
+    if steps_per_epoch < 1:
+        raise UserError(f"the training split is too short for batch {c.batch_size} x "
+                        f"num_steps {c.num_steps}")
+    tx = make_optimizer(c, steps_per_epoch)
+    params = init_params(c, jax.random.key(c.seed))
+    state = {"params": params, "opt_state": tx.init(params),
+             "carries": model.zero_carries(c.batch_size)}
+    restored = ckpt.restore(state)
+    progress = Progress()
+    if restored is not None:
+        state, meta = restored
+        progress = Progress(**meta["progress"])
+        log(f"resumed from {workdir}/checkpoints/{progress.global_step}: epoch "
+            f"{progress.epoch}, step {progress.step_in_epoch}/{steps_per_epoch} of the next")
+    n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state["params"]))
+    log(f"config {c.name}: {n_params:,} parameters, {steps_per_epoch} steps/epoch, "
+        f"device {metrics.device_description()}")
+    writer = metrics.MetricsWriter(workdir, progress.global_step)
+    train_step = make_train_step(model, tx, c.seed)
+    eval_step = make_eval_step(model)
+
+    wall_before = progress.wall_seconds
+
+    def save():
+        progress.wall_seconds = wall_before + time.time() - wall_start
+        jax.block_until_ready(state)
+        ckpt.save(progress.global_step, state,
+                  {"progress": dataclasses.asdict(progress), "config": c.to_dict()})
+
+    def valid_and_record(nll_sum: float, tokens: int):
+        ppl = evaluate(model, eval_step, state["params"], corpus.valid, c.eval_batch_size,
+                       c.num_steps)
+        train_ppl = math.exp(nll_sum / max(tokens, 1))
+        lr = float(learning_rate_schedule(c, steps_per_epoch)(max(progress.global_step - 1, 0)))
+        epoch = progress.epoch + progress.step_in_epoch / steps_per_epoch
+        writer.write({"step": progress.global_step, "epoch": round(epoch, 4),
+                      "train_ppl": train_ppl, "valid_ppl": ppl, "learning_rate": lr})
+        log(f"epoch {epoch:.2f} step {progress.global_step}: train ppl {train_ppl:.2f} "
+            f"valid ppl {ppl:.2f} lr {lr:.4g}")
+        if ppl < progress.best_valid_ppl:
+            progress.best_valid_ppl, progress.best_epoch = ppl, progress.epoch
+            ckpt.save_best(progress.global_step, state["params"], {"valid_ppl": ppl})
+            return True
+        return False
+
+    tokens_per_step = c.batch_size * c.num_steps
+    stop, compiled = progress.done, False
+    while not stop and progress.epoch < c.max_epochs:
+        if progress.step_in_epoch == 0:
+            state["carries"] = model.zero_carries(c.batch_size)
+        epoch_nll, epoch_tokens = 0.0, 0
+        pending_nll, pending_steps, timed_steps, t0 = jnp.zeros(()), 0, 0, time.time()
+        while progress.step_in_epoch < steps_per_epoch and not stop:
+            x, y = ptb.window(train_streams, progress.step_in_epoch, c.num_steps)
+            state["params"], state["opt_state"], state["carries"], nll = train_step(
+                state["params"], state["opt_state"], state["carries"], x, y,
+                progress.global_step)
+            pending_nll, pending_steps = pending_nll + nll, pending_steps + 1
+            progress.step_in_epoch += 1
+            progress.global_step += 1
+            if not compiled:  # the first step compiles: keep it out of the throughput
+                jax.block_until_ready(nll)
+                compiled, t0 = True, time.time()
+            else:
+                timed_steps += 1
+            stop = bool(c.max_steps) and progress.global_step >= c.max_steps
+            at_log = progress.global_step % c.log_every_steps == 0
+            at_ckpt = bool(c.checkpoint_every_steps) and (
+                progress.global_step % c.checkpoint_every_steps == 0)
+            if not (at_log or at_ckpt or stop or progress.step_in_epoch == steps_per_epoch):
+                continue
+            value = float(pending_nll)  # waits for the device
+            _check_finite(value, progress.global_step, workdir)
+            dt = time.time() - t0
+            progress.train_seconds += dt
+            progress.train_tokens += timed_steps * tokens_per_step
+            epoch_nll += value
+            epoch_tokens += pending_steps * tokens_per_step
+            if at_log:
+                rate = timed_steps * tokens_per_step / max(dt, 1e-9)
+                left = (c.max_epochs - progress.epoch) * steps_per_epoch - progress.step_in_epoch
+                if c.max_steps:
+                    left = min(left, c.max_steps - progress.global_step)
+                eta = _format_eta(left * tokens_per_step / rate) if rate else "?"
+                log(f"epoch {progress.epoch + 1} step {progress.step_in_epoch}/"
+                    f"{steps_per_epoch} loss {value / (pending_steps * c.batch_size):.3f} "
+                    f"ppl {math.exp(value / (pending_steps * tokens_per_step)):.2f} "
+                    f"{rate:,.0f} tok/s ETA {eta}")
+            if at_ckpt and not stop and progress.step_in_epoch < steps_per_epoch:
+                save()
+            pending_nll, pending_steps, timed_steps, t0 = jnp.zeros(()), 0, 0, time.time()
+        if progress.step_in_epoch == steps_per_epoch:
+            progress.epoch += 1
+            progress.step_in_epoch = 0
+            improved = valid_and_record(epoch_nll, epoch_tokens)
+            progress.bad_epochs = 0 if improved else progress.bad_epochs + 1
+            if c.early_stopping_patience and progress.bad_epochs >= c.early_stopping_patience:
+                log(f"early stopping: no better valid ppl for {progress.bad_epochs} epochs")
+                progress.done = stop = True
+        else:  # stopped mid-epoch by max_steps
+            valid_and_record(epoch_nll, epoch_tokens)
+        save()
+
+    ckpt.wait()
+    best = ckpt.restore_best(state["params"])
+    best_params = best[0] if best is not None else state["params"]
+    test_ppl = evaluate(model, eval_step, best_params, corpus.test, c.eval_batch_size,
+                        c.num_steps)
+    log(f"test ppl {test_ppl:.2f} (best valid ppl {progress.best_valid_ppl:.2f}, "
+        f"epoch {progress.best_epoch})")
+    summary = {
+        "config": c.to_dict(), "num_params": n_params,
+        "best_valid_ppl": progress.best_valid_ppl, "test_ppl": test_ppl,
+        "best_epoch": progress.best_epoch, "epochs_completed": progress.epoch,
+        "steps": progress.global_step,
+        "train_tokens_per_second": progress.train_tokens / max(progress.train_seconds, 1e-9),
+        "train_seconds": progress.train_seconds,
+        "wall_seconds": wall_before + time.time() - wall_start,
+        "device": metrics.device_description(),
+        "versions": metrics.versions(),
+        "paper": {"params": c.paper_params, "valid_ppl": c.paper_valid_ppl,
+                  "test_ppl": c.paper_test_ppl},
+    }
+    metrics.write_json(os.path.join(workdir, "summary.json"), summary)
+    metrics.plot_curves(writer.records, ["train_ppl", "valid_ppl"],
+                        os.path.join(workdir, "curves.png"), f"{c.name} on PTB", log_y=True)
+    writer.close()
+    ckpt.close()
+    return summary
+

@@ -1,0 +1,88 @@
+"""Run records: ``metrics.jsonl`` (one record per evaluation), ``summary.json``, a PNG of
+the curves, and TensorBoard event files (``tensorboard --logdir WORKDIR/tensorboard``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from typing import Any
+
+import jax
+from tensorboardX import SummaryWriter
+
+
+def device_description() -> str:
+    d = jax.devices()[0]
+    return f"{jax.device_count()}x {d.device_kind} ({d.platform})"
+
+
+def versions() -> dict[str, str]:
+    import flax
+    import optax
+
+    return {"python": platform.python_version(), "jax": jax.__version__,
+            "flax": flax.__version__, "optax": optax.__version__}
+
+
+def write_json(path: str, obj: Any) -> None:
+    """Writes ``obj`` atomically (temporary file, then rename)."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+
+
+class MetricsWriter:
+    """Appends evaluation records to ``metrics.jsonl`` (resume-safe: records at or past
+    the resume step are dropped first) and mirrors scalars to TensorBoard."""
+
+    def __init__(self, workdir: str, resume_step: int = 0):
+        self.path = os.path.join(workdir, "metrics.jsonl")
+        self.records = self._read(resume_step)
+        with open(self.path, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in self.records)
+        self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"), purge_step=resume_step)
+
+    def _read(self, resume_step: int) -> list[dict[str, Any]]:
+        if not os.path.exists(self.path):
+            return []
+        with open(self.path) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        return [r for r in rows if r["step"] <= resume_step]
+
+    def write(self, record: dict[str, Any]) -> None:
+        self.records.append(record)
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        for k, v in record.items():
+            if k != "step" and isinstance(v, int | float):
+                self._tb.add_scalar(k, v, record["step"])
+        self._tb.flush()
+
+    def close(self) -> None:
+        self._tb.close()
+
+
+def plot_curves(records: list[dict[str, Any]], keys: list[str], path: str, title: str,
+                x: str = "epoch", log_y: bool = False) -> None:
+    """Line plot of ``keys`` against ``x`` over ``records`` into a PNG at ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for k in keys:
+        pts = [(r[x], r[k]) for r in records if r.get(k) is not None]
+        if pts:
+            ax.plot(*zip(*pts, strict=True), marker="o", ms=3, label=k)
+    ax.set_xlabel(x)
+    if log_y:
+        ax.set_yscale("log")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
