@@ -1,0 +1,101 @@
+"""Named DC-Bi-LSTM configs (Ding et al. 2018): Table 1 model, every row of Tables 3-5, baseline.
+
+Names: ``dc_bilstm`` (Table 1: dl=15, dh=13, th=100), ``bilstm`` (the Bi-LSTM baseline,
+dl=0, th=300 = Table 3 row 1) and ``dc_bilstm_t{table}_dl{dl}_dh{dh}`` for each table row.
+Every config's ``paper`` field gives the row and its reported accuracies.
+
+Parameter counts (``paper_param_count``) follow the paper: LSTM weight matrices only, no
+biases, no embedding, no softmax. A Bi-LSTM layer of ``d`` units reading ``n`` features has
+``2 * 4 * d * (n + d)`` weights; dense layer ``l`` reads ``m + 2 * dh * (l - 1)`` features
+and the top layer ``m + 2 * dh * dl`` (eq. 13), ``m`` the embedding size. With ``m = 300``
+this reproduces every Params entry of Tables 3-5 (e.g. ``dc_bilstm``: 0.772M + 0.632M =
+1,404,200 -> "1.40M"); counting the biases too would give 1,406,560 -> "1.41M".
+"""
+
+from __future__ import annotations
+
+from dense_rnn.configs.classifier import ClassifierConfig
+
+DROPOUT_EMBED = 0.3  # the paper does not give its dropout rates
+DROPOUT_POOL = 0.5
+L2 = 1e-3  # nor its L2 weight
+
+
+def dense_features(dl: int, dh: int, th: int) -> tuple[int, ...]:
+    """Hidden sizes of the dense module followed by the top Bi-LSTM; ``dh=0`` means no module."""
+    return (dh,) * (dl if dh else 0) + (th,)
+
+
+def lstm_weight_count(embed_size: int, dl: int, dh: int, th: int) -> int:
+    """Paper-style count: bidirectional LSTM weights ``w_ih`` and ``w_hh`` of every layer."""
+    total, inp = 0, embed_size
+    for d in dense_features(dl, dh, th):
+        total += 2 * 4 * d * (inp + d)
+        inp += 2 * d
+    return total
+
+
+def full_param_count(embed_size: int, dl: int, dh: int, th: int, num_classes: int,
+                     vocab_size: int = 0) -> int:
+    """All parameters: LSTM weights and biases, softmax, and ``vocab_size`` embedding rows."""
+    biases = sum(2 * 4 * d for d in dense_features(dl, dh, th))
+    softmax = 2 * th * num_classes + num_classes
+    return (lstm_weight_count(embed_size, dl, dh, th) + biases + softmax
+            + vocab_size * embed_size)
+
+
+def paper_param_count(config: ClassifierConfig, embed_size: int | None = None) -> int:
+    """``lstm_weight_count`` of a DC-Bi-LSTM config (``embed_size`` overrides the config's)."""
+    a = config.model_args
+    return lstm_weight_count(embed_size or config.embed_size, a["dl"], a["dh"], a["th"])
+
+
+def _config(name: str, dl: int, dh: int, th: int, paper: str) -> ClassifierConfig:
+    return ClassifierConfig(
+        name=name,
+        model="dc_bilstm",
+        model_args={"dl": dl, "dh": dh, "th": th, "dropout_embed": DROPOUT_EMBED,
+                    "dropout_pool": DROPOUT_POOL},
+        l2=L2,
+        paper=paper,
+    )
+
+
+# (table, dl, dh, th, params, SST-1, SST-2) as printed in Ding et al. 2018.
+TABLE_ROWS = (
+    (3, 0, 10, 300, "1.44M", 49.2, 87.2),
+    (3, 5, 40, 100, "1.44M", 49.6, 88.4),
+    (3, 10, 20, 100, "1.44M", 51.0, 88.5),
+    (3, 15, 13, 100, "1.40M", 51.9, 89.7),
+    (3, 20, 10, 100, "1.44M", 50.2, 88.8),
+    (4, 0, 10, 100, "0.32M", 48.5, 87.5),
+    (4, 5, 10, 100, "0.54M", 49.4, 88.1),
+    (4, 10, 10, 100, "0.80M", 49.5, 88.4),
+    (4, 15, 10, 100, "1.10M", 50.6, 88.8),
+    (4, 20, 10, 100, "1.44M", 50.2, 88.8),
+    (5, 10, 0, 100, "0.32M", 48.5, 87.5),
+    (5, 10, 5, 100, "0.54M", 49.2, 88.3),
+    (5, 10, 10, 100, "0.80M", 49.5, 88.4),
+    (5, 10, 15, 100, "1.10M", 50.2, 88.4),
+    (5, 10, 20, 100, "1.44M", 51.0, 88.5),
+)
+
+CONFIGS: dict[str, ClassifierConfig] = {
+    "dc_bilstm": _config(
+        "dc_bilstm", 15, 13, 100,
+        "Table 1 DC-Bi-LSTM (dl=15, dh=13, th=100, 1.40M): MR 82.8, SST-1 51.9, SST-2 89.7, "
+        "Subj 94.5, TREC 95.6",
+    ),
+    "bilstm": _config(
+        "bilstm", 0, 10, 300,
+        "Table 3 row 1 Bi-LSTM baseline (dl=0, th=300, 1.44M): SST-1 49.2, SST-2 87.2; "
+        "Table 1 Bi-LSTM [Tai et al.]: MR 81.8, SST-1 49.1, SST-2 87.5, Subj 93.0, TREC 93.6",
+    ),
+}
+CONFIGS |= {
+    f"dc_bilstm_t{t}_dl{dl}_dh{dh}": _config(
+        f"dc_bilstm_t{t}_dl{dl}_dh{dh}", dl, dh, th,
+        f"Table {t} (dl={dl}, dh={dh}, th={th}, {p}): SST-1 {s1}, SST-2 {s2}",
+    )
+    for t, dl, dh, th, p, s1, s2 in TABLE_ROWS
+}

@@ -1,0 +1,289 @@
+"""Sentence classification datasets, vocabulary and padded, length-bucketed batches.
+
+Every dataset is read from its local files into Hugging Face ``datasets.Dataset`` objects
+with columns ``text`` (the raw line), ``tokens`` (Kim 2014 ``clean_str`` tokens, lower-cased
+for the case-insensitive GloVe) and ``label`` (int). ``DATASETS`` maps a dataset name to a
+``DatasetSpec``; other model families add their datasets to it.
+
+Datasets without a dev split take it from their training data: a fixed, seeded slice
+(``DEV_FRACTION``). MR and Subj have no test split either: 10-fold cross-validation over
+fixed, seeded folds (``cv_splits``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Callable, Iterator, Sequence
+
+import datasets
+import numpy as np
+
+from dense_rnn.errors import UserError
+
+datasets.disable_progress_bars()
+
+PAD, UNK = 0, 1
+DEV_FRACTION = 0.1
+SPLIT_SEED = 1234  # fixed: folds and dev slices never depend on the training seed
+Splits = dict[str, datasets.Dataset]
+
+
+def clean_str(s: str) -> str:
+    """Kim (2014) ``clean_str`` tokenisation (MR, Subj, TREC), lower-cased."""
+    s = re.sub(r"[^A-Za-z0-9(),!?\'\`]", " ", s)
+    for suffix in ("'s", "'ve", "n't", "'re", "'d", "'ll"):
+        s = s.replace(suffix, " " + suffix)
+    for p in ",!()?":
+        s = s.replace(p, f" {p} ")
+    return re.sub(r"\s{2,}", " ", s).strip().lower()
+
+
+def clean_str_sst(s: str) -> str:
+    """Kim (2014) ``clean_str_sst`` tokenisation (SST files are already tokenised)."""
+    s = re.sub(r"[^A-Za-z0-9(),!?\'\`]", " ", s)
+    return re.sub(r"\s{2,}", " ", s).strip().lower()
+
+
+def read_lines(path: str, encoding: str) -> list[str]:
+    """Non-blank lines of a text file (blank lines are skipped), as a ``UserError`` on failure."""
+    if not os.path.isfile(path):
+        raise UserError(f"data file {path} not found; pass --data_dir=DIR holding the "
+                        "dataset directories (mr/, sst/, subj/, trec/)")
+    try:
+        with open(path, encoding=encoding) as f:
+            lines = f.read().split("\n")  # not splitlines(): it also splits at \x85 etc.
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path} is not {encoding} text (byte {e.start}: {e.reason}); "
+                        f"re-save it as {encoding}") from None
+    lines = [ln for ln in lines if ln.strip()]
+    if not lines:
+        raise UserError(f"data file {path} has no non-blank lines; restore the original file")
+    return lines
+
+
+def _dataset(texts: Sequence[str], labels: Sequence[int],
+             clean: Callable[[str], str]) -> datasets.Dataset:
+    ds = datasets.Dataset.from_dict({"text": list(texts), "label": list(labels)})
+    return ds.map(lambda b: {"tokens": [clean(t).split() for t in b["text"]]}, batched=True)
+
+
+def _labelled_lines(path: str, encoding: str, num_classes: int) -> tuple[list[str], list[int]]:
+    """``<label> <text>`` lines (Kim's ``stsa.*`` files)."""
+    texts, labels = [], []
+    for n, line in enumerate(read_lines(path, encoding), 1):
+        head, _, text = line.strip().partition(" ")
+        if not head.isdigit() or not 0 <= int(head) < num_classes:
+            raise UserError(f"{path}: non-blank line {n} does not start with a label in "
+                            f"0..{num_classes - 1}: {line[:40]!r}")
+        texts.append(text)
+        labels.append(int(head))
+    return texts, labels
+
+
+def load_polarity(data_dir: str, sub: str, files: tuple[str, str], encoding: str) -> Splits:
+    """Two-file datasets (label 0: ``files[0]``, label 1: ``files[1]``): MR and Subj."""
+    texts, labels = [], []
+    for label, name in enumerate(files):
+        lines = read_lines(os.path.join(data_dir, sub, name), encoding)
+        texts += lines
+        labels += [label] * len(lines)
+    return {"all": _dataset(texts, labels, clean_str)}
+
+
+def _tree_phrases(line: str) -> list[tuple[str, int]]:
+    """All labelled phrases ``(text, label)`` of one PTB-style SST tree, root first."""
+    stack: list[tuple[int, list[str]]] = []
+    out: list[tuple[str, int]] = []
+    for tok in re.findall(r"\(|\)|[^\s()]+", line):
+        if tok == "(":
+            stack.append((-1, []))
+        elif tok == ")":
+            label, words = stack.pop()
+            out.append((" ".join(words), label))
+            if stack:
+                stack[-1][1].extend(words)
+        elif stack[-1][0] < 0:
+            stack[-1] = (int(tok), stack[-1][1])
+        else:
+            stack[-1][1].append({"-LRB-": "(", "-RRB-": ")"}.get(tok, tok))
+    return out[::-1]
+
+
+def load_sst(data_dir: str, fine: bool, phrases: bool = False) -> Splits:
+    """SST-1 (``fine``) or SST-2 sentence-level splits; ``phrases``: train on every phrase
+    of ``trees/train.txt`` (deduplicated; SST-2 drops neutral and maps 0,1 -> 0, 3,4 -> 1)."""
+    kind, c = ("fine", 5) if fine else ("binary", 2)
+    splits = {
+        split: _dataset(*_labelled_lines(os.path.join(data_dir, "sst", f"stsa.{kind}.{split}"),
+                                         "utf-8", c), clean_str_sst)
+        for split in ("train", "dev", "test")
+    }
+    if phrases:
+        seen: dict[str, int] = {}
+        for line in read_lines(os.path.join(data_dir, "sst", "trees", "train.txt"), "utf-8"):
+            for text, label in _tree_phrases(line):
+                if not fine and label == 2:
+                    continue
+                seen.setdefault(text, label if fine else int(label > 2))
+        splits["train"] = _dataset(list(seen), list(seen.values()), clean_str_sst)
+    return splits
+
+
+TREC_LABELS = ("ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM")
+
+
+def load_trec(data_dir: str) -> Splits:
+    """TREC coarse labels (6 classes); files are Latin-1."""
+    out = {}
+    for split, name in (("train", "train_5500.label"), ("test", "TREC_10.label")):
+        path = os.path.join(data_dir, "trec", name)
+        texts, labels = [], []
+        for n, line in enumerate(read_lines(path, "latin-1"), 1):
+            head, _, text = line.partition(" ")
+            coarse = head.split(":")[0]
+            if coarse not in TREC_LABELS:
+                raise UserError(f"{path}: non-blank line {n} has no TREC label "
+                                f"({'/'.join(TREC_LABELS)}:fine): {line[:40]!r}")
+            texts.append(text)
+            labels.append(TREC_LABELS.index(coarse))
+        out[split] = _dataset(texts, labels, clean_str)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetSpec:
+    """A dataset: class count, CV folds (0: fixed test split) and its loader."""
+
+    num_classes: int
+    load: Callable[[str], Splits]
+    num_folds: int = 0
+
+
+DATASETS: dict[str, DatasetSpec] = {
+    "mr": DatasetSpec(2, lambda d: load_polarity(
+        d, "mr", ("rt-polarity.neg", "rt-polarity.pos"), "cp1252"), 10),
+    "subj": DatasetSpec(2, lambda d: load_polarity(
+        d, "subj", ("plot.tok.gt9.5000", "quote.tok.gt9.5000"), "latin-1"), 10),
+    "sst1": DatasetSpec(5, lambda d: load_sst(d, fine=True)),
+    "sst2": DatasetSpec(2, lambda d: load_sst(d, fine=False)),
+    "sst1_phrases": DatasetSpec(5, lambda d: load_sst(d, fine=True, phrases=True)),
+    "sst2_phrases": DatasetSpec(2, lambda d: load_sst(d, fine=False, phrases=True)),
+    "trec": DatasetSpec(6, load_trec),
+}
+
+
+def get_dataset(name: str) -> DatasetSpec:
+    if name not in DATASETS:
+        raise UserError(f"unknown dataset {name!r}; use one of {', '.join(sorted(DATASETS))}")
+    return DATASETS[name]
+
+
+def _split_off(ds: datasets.Dataset, fraction: float, seed: int):
+    """``(rest, slice)``: a fixed, seeded ``fraction`` of ``ds`` split off."""
+    perm = np.random.default_rng(seed).permutation(len(ds))
+    n = int(round(fraction * len(ds)))
+    return ds.select(np.sort(perm[n:])), ds.select(np.sort(perm[:n]))
+
+
+def cv_splits(ds: datasets.Dataset, fold: int, num_folds: int) -> Splits:
+    """Fold ``fold`` of fixed, seeded ``num_folds``-fold CV: test = that fold, dev = a
+    ``DEV_FRACTION`` slice of the other folds, train = the rest."""
+    perm = np.random.default_rng(SPLIT_SEED).permutation(len(ds))
+    in_test = np.zeros(len(ds), bool)
+    in_test[perm[fold::num_folds]] = True
+    train, dev = _split_off(ds.select(np.flatnonzero(~in_test)), DEV_FRACTION, SPLIT_SEED + fold)
+    return {"train": train, "dev": dev, "test": ds.select(np.flatnonzero(in_test))}
+
+
+def make_splits(spec: DatasetSpec, raw: Splits, fold: int = 0) -> Splits:
+    """Train/dev/test of a loaded dataset (``fold`` for CV datasets)."""
+    if spec.num_folds:
+        return cv_splits(raw["all"], fold, spec.num_folds)
+    if "dev" not in raw:
+        train, dev = _split_off(raw["train"], DEV_FRACTION, SPLIT_SEED)
+        return {"train": train, "dev": dev, "test": raw["test"]}
+    return raw
+
+
+@dataclasses.dataclass(frozen=True)
+class Vocab:
+    """Word ids: 0 is padding, 1 the unknown word; ``drop_unknown`` removes unknown words."""
+
+    words: tuple[str, ...]
+    drop_unknown: bool
+
+    @property
+    def index(self) -> dict[str, int]:
+        return {w: i for i, w in enumerate(self.words)}
+
+    def encode(self, tokens: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        index = self.index
+        ids = ([index.get(w, UNK) for w in sent] for sent in tokens)
+        if self.drop_unknown:
+            ids = ([i for i in sent if i != UNK] for sent in ids)
+        return [np.asarray(s, np.int32) for s in ids]
+
+
+def build_vocab(splits: Splits, pretrained: set[str] | None, oov: str) -> Vocab:
+    """Vocabulary of a run.
+
+    Without pretrained vectors: the training words. With them (``pretrained`` = the words
+    that have a vector): every word of every split that has a vector, and with
+    ``oov="random"`` also the training words without one (randomly initialised);
+    ``oov="drop"`` removes words without a vector from the sentences (Ding et al.).
+    """
+    if oov not in ("drop", "random"):
+        raise UserError(f"unknown --oov={oov!r}; use drop or random")
+    train_words = {w for s in splits["train"]["tokens"] for w in s}
+    if pretrained is None:
+        words = train_words
+    else:
+        words = {w for ds in splits.values() for s in ds["tokens"] for w in s} & pretrained
+        if oov == "random":
+            words |= train_words
+    return Vocab(("<pad>", "<unk>", *sorted(words)), pretrained is not None and oov == "drop")
+
+
+def all_words(splits: Splits) -> set[str]:
+    return {w for ds in splits.values() for s in ds["tokens"] for w in s}
+
+
+def bucket_length(n: int) -> int:
+    """Padded length of a batch whose longest sentence has ``n`` tokens (few distinct shapes)."""
+    step = 16 if n <= 64 else 64
+    return max(step, -(-n // step) * step)
+
+
+def batches(ids: Sequence[np.ndarray], labels: np.ndarray, batch_size: int,
+            rng: np.random.Generator | None = None) -> Iterator[dict[str, np.ndarray]]:
+    """Padded batches ``tokens[B, T]``, ``lengths[B]``, ``labels[B]``, ``weights[B]``.
+
+    Every batch has ``batch_size`` rows (missing rows: length 0, weight 0). With ``rng``
+    the data is shuffled, then sorted by length within pools of 20 batches (bucketing) and
+    the batches are shuffled; without it, the order is the data order sorted by length.
+    """
+    lengths = np.asarray([len(s) for s in ids], np.int32)
+    if rng is None:
+        order = np.argsort(lengths, kind="stable")
+        chunks = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    else:
+        perm = rng.permutation(len(ids))
+        pool = 20 * batch_size
+        order = np.concatenate([p[np.argsort(lengths[p], kind="stable")]
+                                for p in np.split(perm, range(pool, len(perm), pool))])
+        chunks = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+        chunks = [chunks[i] for i in rng.permutation(len(chunks))]
+    for idx in chunks:
+        t = bucket_length(int(lengths[idx].max(initial=0)))
+        tokens = np.full((batch_size, t), PAD, np.int32)
+        for row, i in enumerate(idx):
+            tokens[row, : lengths[i]] = ids[i]
+        pad = batch_size - len(idx)
+        yield {
+            "tokens": tokens,
+            "lengths": np.pad(lengths[idx], (0, pad)),
+            "labels": np.pad(np.asarray(labels)[idx], (0, pad)).astype(np.int32),
+            "weights": np.pad(np.ones(len(idx), np.float32), (0, pad)),
+        }

@@ -1,0 +1,61 @@
+"""DC-Bi-LSTM sentence classifier (Ding et al. 2018, Sec. 3.3, eq. 10-13).
+
+embedding -> dropout -> dense Bi-LSTM module (``dl`` layers of ``dh`` units, layer ``l``
+reading ``M^{l-1} = [e; h^1; ...; h^{l-1}]``) -> top Bi-LSTM of ``th`` units reading
+``M^{dl}`` -> average pooling over real tokens -> dropout -> softmax layer.
+``dl = 0`` (or ``dh = 0``) is the plain Bi-LSTM baseline.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from dense_rnn.configs.dc_bilstm import dense_features
+from dense_rnn.recurrent import length_mask
+from dense_rnn.stack import RecurrentStack
+
+Array = jax.Array
+
+
+def masked_mean(h: Array, lengths: Array) -> Array:
+    """Average pooling ``h* = average(h_1, ..., h_s)`` over each sequence's real tokens.
+
+    ``h``: (batch, time, features); an empty sequence pools to zeros.
+    """
+    mask = length_mask(lengths, h.shape[1])[..., None].astype(h.dtype)
+    return (h * mask).sum(axis=1) / jnp.maximum(lengths, 1)[:, None].astype(h.dtype)
+
+
+class DCBiLSTM(nn.Module):
+    """Densely connected Bi-LSTM classifier; ``__call__(tokens, lengths) -> logits``.
+
+    Attributes:
+      vocab_size, num_classes, embed_size: sizes (``embed`` is an ``nn.Embed``).
+      dl, dh, th: dense layers, their units per direction, top Bi-LSTM units.
+      dropout_embed, dropout_pool: dropout on word embeddings and on the pooled vector.
+    """
+
+    vocab_size: int
+    num_classes: int
+    embed_size: int
+    dl: int
+    dh: int
+    th: int
+    dropout_embed: float = 0.0
+    dropout_pool: float = 0.0
+
+    @nn.compact
+    def __call__(self, tokens: Array, lengths: Array, deterministic: bool = True) -> Array:
+        e = nn.Embed(self.vocab_size, self.embed_size, name="embed")(tokens)
+        e = nn.Dropout(self.dropout_embed)(e, deterministic)
+        _, hs = RecurrentStack(
+            cell="lstm",
+            features=dense_features(self.dl, self.dh, self.th),
+            connectivity="dense",
+            bidirectional=True,
+            name="dense_bilstm",
+        )(e, lengths=lengths, deterministic=deterministic)
+        pooled = nn.Dropout(self.dropout_pool)(masked_mean(hs[-1], lengths), deterministic)
+        return nn.Dense(self.num_classes, name="softmax")(pooled)

@@ -1,0 +1,355 @@
+"""Training and evaluation of sentence classifiers (Ding et al. 2018's recipe by default).
+
+Adam (lr 0.005), batches of 200 bucketed by length, cross-entropy plus
+``l2 * ||W_softmax||^2`` (the ``softmax`` submodule's kernel), dropout keys
+``fold_in(key(seed), global_step)`` and epoch shuffles seeded by ``(seed, epoch)``, so a
+run resumed from its last epoch checkpoint continues bit for bit.
+
+Model selection: the test accuracy reported is that of the epoch with the best dev
+accuracy. ``select="test"`` reports instead the best test accuracy seen during training
+(Ding et al.'s protocol, optimistic), and says so in every output.
+
+Config families: every module in ``FAMILY_MODULES`` that exists provides ``CONFIGS`` and
+``paper_param_count(config, embed_size)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import traverse_util
+
+from dense_rnn.configs.classifier import ClassifierConfig
+from dense_rnn.data import text_classification as tc
+from dense_rnn.data.glove import load_glove
+from dense_rnn.errors import UserError
+from dense_rnn.models import CLASSIFIERS
+from dense_rnn.train import checkpoint, metrics
+
+FAMILY_MODULES = ("dense_rnn.configs.dc_bilstm", "dense_rnn.configs.hm_densernn")
+# Fields that may change when a run is resumed; every other field must match.
+RESUMABLE_FIELDS = ("max_epochs", "early_stopping_patience")
+SELECTIONS = {
+    "dev": "test accuracy at the epoch with the best dev accuracy",
+    "test": "best test accuracy seen during training (Ding et al.'s protocol; optimistic)",
+}
+EMBED_INIT_SCALE = 0.25  # uniform init of words without a pretrained vector (Kim 2014)
+
+
+def families() -> list[ModuleType]:
+    """The config family modules that exist (another family may not be written yet)."""
+    out = []
+    for name in FAMILY_MODULES:
+        try:
+            out.append(importlib.import_module(name))
+        except ModuleNotFoundError as e:
+            if e.name != name:
+                raise
+    return out
+
+
+def all_configs() -> dict[str, tuple[ClassifierConfig, ModuleType]]:
+    """Every named classifier config with the family module that defines it."""
+    return {n: (c, fam) for fam in families() for n, c in fam.CONFIGS.items()}
+
+
+def get_config(name: str) -> tuple[ClassifierConfig, ModuleType]:
+    configs = all_configs()
+    if name not in configs:
+        raise UserError(f"unknown config {name!r}; known configs: {', '.join(configs)}")
+    return configs[name]
+
+
+def make_model(c: ClassifierConfig, vocab_size: int, num_classes: int):
+    if c.model not in CLASSIFIERS:
+        raise UserError(f"config {c.name} names unknown model {c.model!r}; known: "
+                        f"{', '.join(CLASSIFIERS)}")
+    return CLASSIFIERS[c.model](vocab_size=vocab_size, num_classes=num_classes,
+                                embed_size=c.embed_size, **c.model_args)
+
+
+def init_params(model, key: jax.Array) -> Any:
+    tokens, lengths = jnp.zeros((1, 4), jnp.int32), jnp.ones((1,), jnp.int32)
+    return model.init(key, tokens, lengths)["params"]
+
+
+def num_params_without_embedding(c: ClassifierConfig, num_classes: int) -> int:
+    """Every parameter except the embedding table (which depends on the vocabulary)."""
+    shapes = jax.eval_shape(lambda: init_params(make_model(c, 1, num_classes),
+                                                jax.random.key(0)))
+    return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes)) - c.embed_size
+
+
+def _is_embedding(path: tuple[str, ...]) -> bool:
+    return path[0] == "embed"
+
+
+def make_optimizer(c: ClassifierConfig, params: Any) -> optax.GradientTransformation:
+    """Adam (optionally after global-norm clipping); a frozen embedding gets no updates."""
+    adam = optax.chain(optax.clip_by_global_norm(c.max_grad_norm) if c.max_grad_norm
+                       else optax.identity(), optax.adam(c.learning_rate))
+    if not c.freeze_embeddings:
+        return adam
+    labels = traverse_util.path_aware_map(
+        lambda path, _: "frozen" if _is_embedding(path) else "train", params)
+    return optax.multi_transform({"train": adam, "frozen": optax.set_to_zero()}, labels)
+
+
+def softmax_l2(params: Any) -> jax.Array:
+    """``||W||^2`` of the softmax layer's kernel (Ding et al.'s L2 on the softmax)."""
+    if "softmax" not in params:
+        raise ValueError("a classifier's output layer must be a submodule named 'softmax'")
+    return jnp.sum(jnp.square(params["softmax"]["kernel"]))
+
+
+def make_steps(model, tx: optax.GradientTransformation, c: ClassifierConfig):
+    """Jitted ``train_step(params, opt_state, batch, step) -> (params, opt_state, loss_sum,
+    correct)`` and ``eval_step(params, batch) -> correct``; sums are over real rows."""
+    base_key = jax.random.key(c.seed)
+
+    def train_step(params, opt_state, batch, step):
+        rng = jax.random.fold_in(base_key, step)
+
+        def loss_fn(p):
+            logits = model.apply({"params": p}, batch["tokens"], batch["lengths"],
+                                 deterministic=False, rngs={"dropout": rng})
+            ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"])
+            ce_sum = jnp.sum(ce * batch["weights"])
+            loss = ce_sum / jnp.maximum(batch["weights"].sum(), 1.0)
+            if c.l2:
+                loss = loss + c.l2 * softmax_l2(p)
+            return loss, (ce_sum, _correct(logits, batch))
+
+        grads, (ce_sum, correct) = jax.grad(loss_fn, has_aux=True)(params)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, ce_sum, correct
+
+    def eval_step(params, batch):
+        logits = model.apply({"params": params}, batch["tokens"], batch["lengths"])
+        return _correct(logits, batch)
+
+    return jax.jit(train_step, donate_argnums=(0, 1)), jax.jit(eval_step)
+
+
+def _correct(logits: jax.Array, batch) -> jax.Array:
+    return jnp.sum((jnp.argmax(logits, -1) == batch["labels"]) * batch["weights"])
+
+
+@dataclasses.dataclass(frozen=True)
+class Encoded:
+    """One train/dev/test split as word ids, with its vocabulary and initial embeddings."""
+
+    ids: dict[str, list[np.ndarray]]
+    labels: dict[str, np.ndarray]
+    vocab: tc.Vocab
+    embeddings: np.ndarray | None  # (vocab, dim) initial table, or None (random init)
+
+
+def encode(splits: tc.Splits, vectors: dict[str, np.ndarray] | None, oov: str,
+           seed: int) -> Encoded:
+    """Vocabulary, word ids and the initial embedding table of one split."""
+    vocab = tc.build_vocab(splits, None if vectors is None else set(vectors), oov)
+    ids = {k: vocab.encode(ds["tokens"]) for k, ds in splits.items()}
+    labels = {k: np.asarray(ds["label"], np.int32) for k, ds in splits.items()}
+    table = None
+    if vectors is not None:
+        dim = len(next(iter(vectors.values())))
+        rng = np.random.default_rng(seed)
+        table = rng.uniform(-EMBED_INIT_SCALE, EMBED_INIT_SCALE,
+                            (len(vocab.words), dim)).astype(np.float32)
+        table[tc.PAD] = 0.0
+        for i, w in enumerate(vocab.words):
+            if w in vectors:
+                table[i] = vectors[w]
+    return Encoded(ids, labels, vocab, table)
+
+
+def accuracy(eval_step, params, ids, labels, batch_size: int) -> float:
+    correct = sum(eval_step(params, b) for b in tc.batches(ids, labels, batch_size))
+    return float(correct) / max(len(ids), 1)
+
+
+@dataclasses.dataclass
+class Progress:
+    """Where a run stands; saved with every checkpoint."""
+
+    epoch: int = 0  # epochs completed
+    global_step: int = 0
+    best_dev: float = -1.0
+    best_dev_epoch: int = 0
+    test_at_best_dev: float = 0.0
+    best_test: float = -1.0
+    best_test_epoch: int = 0
+    bad_epochs: int = 0
+    wall_seconds: float = 0.0
+    done: bool = False  # early-stopped
+
+
+def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: str,
+                identity: dict[str, Any], log: Callable[[str], None] = print,
+                title: str = "") -> dict[str, Any]:
+    """Trains ``c`` on one train/dev/test split (resuming from ``workdir``); returns its
+    record: dev/test accuracies, epochs, parameter counts, wall time."""
+    wall_start = time.time()
+    ckpt = checkpoint.Checkpointer(workdir, identity)
+    model = make_model(c, len(data.vocab.words), num_classes)
+    params = init_params(model, jax.random.key(c.seed))
+    if data.embeddings is not None:
+        params = {**params, "embed": {"embedding": jnp.asarray(data.embeddings)}}
+    tx = make_optimizer(c, params)
+    state = {"params": params, "opt_state": tx.init(params)}
+    progress = Progress()
+    restored = ckpt.restore(state)
+    if restored is not None:
+        state, meta = restored
+        progress = Progress(**meta["progress"])
+        log(f"resumed from {workdir}/checkpoints/{progress.global_step} after epoch "
+            f"{progress.epoch}")
+    n_total = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state["params"]))
+    n_embed = int(np.prod(state["params"]["embed"]["embedding"].shape))
+    train_step, eval_step = make_steps(model, tx, c)
+    writer = metrics.MetricsWriter(workdir, progress.global_step)
+    steps_per_epoch = -(-len(data.ids["train"]) // c.batch_size)
+    wall_before = progress.wall_seconds
+    live = sys.stdout.isatty()  # a live step counter on terminals only
+    log(f"{title}: {n_total - n_embed:,} parameters + {n_embed:,} embedding, "
+        f"{steps_per_epoch} steps/epoch, device {metrics.device_description()}")
+
+    while not progress.done and progress.epoch < c.max_epochs:
+        rng = np.random.default_rng([c.seed, progress.epoch])
+        ce_sum, correct, t0 = jnp.zeros(()), jnp.zeros(()), time.time()
+        for i, batch in enumerate(tc.batches(data.ids["train"], data.labels["train"],
+                                             c.batch_size, rng)):
+            state["params"], state["opt_state"], ce, ok = train_step(
+                state["params"], state["opt_state"], batch, progress.global_step)
+            ce_sum, correct = ce_sum + ce, correct + ok
+            progress.global_step += 1
+            if live and ((i + 1) % 10 == 0 or i + 1 == steps_per_epoch):
+                print(f"\r{title} epoch {progress.epoch + 1}/{c.max_epochs} step "
+                      f"{i + 1}/{steps_per_epoch} {time.time() - t0:.0f}s", end="", flush=True)
+        if live:
+            print("\r", end="")
+        n_train = len(data.ids["train"])
+        loss = float(ce_sum) / n_train
+        if not math.isfinite(loss):
+            raise UserError(
+                f"training loss is {loss} in epoch {progress.epoch + 1}; the last good "
+                f"checkpoint in {workdir}/checkpoints is kept: lower --learning_rate or set "
+                "--max_grad_norm, and resume")
+        progress.epoch += 1
+        dev = accuracy(eval_step, state["params"], data.ids["dev"], data.labels["dev"],
+                       c.batch_size)
+        test = accuracy(eval_step, state["params"], data.ids["test"], data.labels["test"],
+                        c.batch_size)
+        if dev > progress.best_dev:
+            progress.best_dev, progress.best_dev_epoch = dev, progress.epoch
+            progress.test_at_best_dev, progress.bad_epochs = test, 0
+            ckpt.save_best(progress.global_step, state["params"], {"dev_accuracy": dev})
+        else:
+            progress.bad_epochs += 1
+        if test > progress.best_test:
+            progress.best_test, progress.best_test_epoch = test, progress.epoch
+        if c.early_stopping_patience and progress.bad_epochs >= c.early_stopping_patience:
+            progress.done = True
+        writer.write({"step": progress.global_step, "epoch": progress.epoch, "train_loss": loss,
+                      "train_accuracy": float(correct) / n_train, "dev_accuracy": dev,
+                      "test_accuracy": test, "epoch_seconds": time.time() - t0})
+        log(f"{title} epoch {progress.epoch}: loss {loss:.4f} train acc "
+            f"{float(correct) / n_train:.4f} dev acc {dev:.4f} test acc {test:.4f} "
+            f"({time.time() - t0:.0f}s)" + (" early stop" if progress.done else ""))
+        progress.wall_seconds = wall_before + time.time() - wall_start
+        jax.block_until_ready(state)
+        ckpt.save(progress.global_step, state,
+                  {"progress": dataclasses.asdict(progress), "config": c.to_dict()})
+    ckpt.wait()
+    metrics.plot_curves(writer.records, ["train_accuracy", "dev_accuracy", "test_accuracy"],
+                        os.path.join(workdir, "curves.png"), title)
+    writer.close()
+    ckpt.close()
+    return {
+        "dev_accuracy": progress.best_dev, "best_dev_epoch": progress.best_dev_epoch,
+        "test_accuracy_at_best_dev": progress.test_at_best_dev,
+        "best_test_accuracy": progress.best_test, "best_test_epoch": progress.best_test_epoch,
+        "epochs": progress.epoch, "steps": progress.global_step,
+        "num_params": n_total - n_embed, "num_params_embedding": n_embed,
+        "vocab_size": len(data.vocab.words), "wall_seconds": wall_before + time.time() - wall_start,
+    }
+
+
+def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, workdir: str,
+        embeddings: str | None, oov: str = "drop", select: str = "dev",
+        folds: list[int] | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Trains ``c`` on ``dataset`` (every requested CV fold) and writes ``summary.json``."""
+    wall_start = time.time()
+    if select not in SELECTIONS:
+        raise UserError(f"unknown --select={select!r}; use dev or test")
+    spec = tc.get_dataset(dataset)
+    if not os.path.isdir(data_dir):
+        raise UserError(f"data directory {data_dir} not found; pass --data_dir=DIR holding "
+                        "mr/, sst/, subj/, trec/")
+    raw = spec.load(data_dir)
+    vectors = None
+    if embeddings:
+        dim, vectors = load_glove(embeddings, tc.all_words(raw))
+        if not vectors:
+            raise UserError(f"no word of {dataset} has a vector in {embeddings}; "
+                            "is it a lower-cased GloVe file?")
+        if dim != c.embed_size:
+            log(f"embed_size {c.embed_size} -> {dim} (the dimension of {embeddings})")
+            c = dataclasses.replace(c, embed_size=dim)
+    fold_ids = folds if folds is not None else list(range(spec.num_folds or 1))
+    bad = [f for f in fold_ids if not 0 <= f < max(spec.num_folds, 1)]
+    if bad:
+        raise UserError(f"--folds {bad} out of range: {dataset} has "
+                        f"{max(spec.num_folds, 1)} fold(s)")
+    identity = {k: v for k, v in c.to_dict().items() if k not in RESUMABLE_FIELDS}
+    identity |= {"dataset": dataset, "embeddings": os.path.basename(embeddings or ""),
+                 "oov": oov}
+    records = {}
+    for fold in fold_ids:
+        splits = tc.make_splits(spec, raw, fold)
+        data = encode(splits, vectors, oov, c.seed)
+        sub = os.path.join(workdir, f"fold_{fold}") if spec.num_folds else workdir
+        title = f"{c.name} {dataset}" + (f" fold {fold}" if spec.num_folds else "")
+        records[fold] = train_split(c, data, spec.num_classes, sub, identity | {"fold": fold},
+                                    log, title)
+    key = "test_accuracy_at_best_dev" if select == "dev" else "best_test_accuracy"
+    if select == "dev":  # the paper's protocol appears only when asked for
+        records = {f: {k: v for k, v in r.items() if not k.startswith("best_test")}
+                   for f, r in records.items()}
+    tests = [r[key] for r in records.values()]
+    devs = [r["dev_accuracy"] for r in records.values()]
+    first = next(iter(records.values()))
+    summary = {
+        "config": c.to_dict(), "dataset": dataset, "embeddings": embeddings, "oov": oov,
+        "selection": SELECTIONS[select],
+        "num_params_paper": int(family.paper_param_count(c)),
+        "num_params": first["num_params"], "num_params_embedding": first["num_params_embedding"],
+        "dev_accuracy": float(np.mean(devs)), "test_accuracy": float(np.mean(tests)),
+        "device": metrics.device_description(), "versions": metrics.versions(),
+        "wall_seconds": sum(r["wall_seconds"] for r in records.values()),
+        "session_wall_seconds": time.time() - wall_start, "paper": c.paper,
+    }
+    if spec.num_folds:
+        summary |= {"folds": {str(f): r for f, r in records.items()},
+                    "fold_test_accuracies": tests, "test_accuracy_std": float(np.std(tests)),
+                    "num_folds_run": len(tests), "num_folds": spec.num_folds}
+    else:
+        summary |= first
+        summary["test_accuracy"] = tests[0]
+    metrics.write_json(os.path.join(workdir, "summary.json"), summary)
+    log(f"{c.name} {dataset}: test accuracy {summary['test_accuracy']:.4f} "
+        f"({SELECTIONS[select]}), dev accuracy {summary['dev_accuracy']:.4f}")
+    return summary

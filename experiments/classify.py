@@ -1,0 +1,116 @@
+r"""Trains and evaluates a sentence classifier (Ding et al. 2018 DC-Bi-LSTM and others).
+
+    python -m experiments.classify --config=dc_bilstm --dataset=sst2 \
+        --data_dir=../shared/data --workdir=workdirs/dc_sst2 \
+        --embeddings=../shared/data/glove/glove.6B.50d.txt.gz
+
+Every scalar config field and every model argument of the known configs can be overridden
+by a flag of the same name (``--max_epochs=2``, ``--dl=5``). Starting on a workdir that
+holds a checkpoint resumes the run exactly. MR and Subj run 10-fold CV (``--folds`` picks
+some folds), each fold in ``WORKDIR/fold_K``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+
+from absl import app, flags, logging
+
+from dense_rnn.configs.classifier import ClassifierConfig
+from dense_rnn.configs.flags import apply_overrides, define_override_flags
+from dense_rnn.errors import UserError
+
+DEFAULT_DATA_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+
+flags.DEFINE_string("config", "dc_bilstm", "Named config (see dense_rnn/configs/).")
+flags.DEFINE_string("dataset", "sst2", "Dataset name: mr, sst1, sst2, subj, trec, "
+                    "sst1_phrases, sst2_phrases, or one another family registered.")
+flags.DEFINE_string("data_dir", DEFAULT_DATA_DIR, "Root holding mr/, sst/, subj/, trec/.")
+flags.DEFINE_string("workdir", None, "Checkpoints, metrics and summary "
+                    "(default workdirs/CONFIG_DATASET).")
+flags.DEFINE_string("embeddings", None, "GloVe .txt or .txt.gz file (any dimension; "
+                    "embed_size follows it). Unset: randomly initialised embeddings.")
+flags.DEFINE_enum("oov", "drop", ["drop", "random"], "Words without a pretrained vector: "
+                  "dropped from the sentences (Ding et al.) or randomly initialised.")
+flags.DEFINE_enum("select", "dev", ["dev", "test"], "Reported test accuracy: at the best "
+                  "dev epoch, or 'test' = best test accuracy during training (the paper's "
+                  "protocol, optimistic; labelled so in every output).")
+flags.DEFINE_list("folds", None, "CV folds to run (MR, Subj); default all 10.")
+flags.DEFINE_bool("dry_run", False, "Print the resolved config and parameter counts, exit.")
+OVERRIDES = define_override_flags(ClassifierConfig, skip=("name", "model", "paper"))
+FLAGS = flags.FLAGS
+
+
+def _define_model_arg_flags() -> list[str]:
+    """``--<arg>`` for every model argument of every known config (first type seen wins)."""
+    from dense_rnn.train.classify import all_configs
+
+    define = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer,
+              float: flags.DEFINE_float, str: flags.DEFINE_string}
+    names: list[str] = []
+    for config, _ in all_configs().values():
+        for k, v in config.model_args.items():
+            if k not in names and k not in FLAGS and type(v) in define:
+                define[type(v)](k, None, "Override the model argument of that name.")
+                names.append(k)
+    return names
+
+
+MODEL_ARG_FLAGS = _define_model_arg_flags()
+
+
+def resolve_config():
+    from dense_rnn.train.classify import get_config
+
+    config, family = get_config(FLAGS.config)
+    config = apply_overrides(config, OVERRIDES, FLAGS)
+    given = {n: FLAGS[n].value for n in MODEL_ARG_FLAGS if FLAGS[n].present}
+    unknown = sorted(set(given) - set(config.model_args))
+    if unknown:
+        raise UserError(f"config {config.name} has no model argument "
+                        f"{', '.join(unknown)}; its arguments: {', '.join(config.model_args)}")
+    if given:
+        config = dataclasses.replace(config, model_args={**config.model_args, **given})
+    return config, family
+
+
+def run() -> None:
+    from dense_rnn.data.text_classification import get_dataset
+    from dense_rnn.train import classify
+
+    config, family = resolve_config()
+    spec = get_dataset(FLAGS.dataset)
+    if FLAGS.dry_run:
+        for k, v in config.to_dict().items():
+            print(f"{k}={v}")
+        print(f"dataset={FLAGS.dataset}")
+        print(f"num_params_paper={family.paper_param_count(config)}")
+        print(f"num_params={classify.num_params_without_embedding(config, spec.num_classes)}")
+        return
+    try:
+        folds = None if FLAGS.folds is None else [int(f) for f in FLAGS.folds]
+    except ValueError:
+        raise UserError(f"--folds={','.join(FLAGS.folds)}: give fold numbers like 0,1,2") from None
+    workdir = FLAGS.workdir or os.path.join("workdirs", f"{config.name}_{FLAGS.dataset}")
+    classify.run(config, family, FLAGS.dataset, FLAGS.data_dir, workdir, FLAGS.embeddings,
+                 FLAGS.oov, FLAGS.select, folds, log=lambda s: print(s, flush=True))
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    logging.set_verbosity(logging.ERROR)
+    try:
+        run()
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    from dense_rnn.platform import reexec_with_fast_malloc
+
+    reexec_with_fast_malloc()
+    app.run(main)
