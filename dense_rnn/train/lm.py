@@ -31,7 +31,7 @@ from dense_rnn.train import checkpoint, metrics
 
 # Fields that may change when a run is resumed; every other field must match.
 RESUMABLE_FIELDS = ("max_epochs", "max_steps", "early_stopping_patience", "log_every_steps",
-                    "checkpoint_every_steps", "eval_batch_size")
+                    "checkpoint_every_steps", "eval_batch_size", "scan_unroll")
 
 
 def make_model(c: LMConfig) -> LanguageModel:
