@@ -1,0 +1,106 @@
+"""The HM-DenseRNN datasets (Zhao et al. 2019, Table 1): IMDB, SST-5 and AG News.
+
+Read from the local files into Hugging Face ``datasets`` (columns ``text``, ``label``,
+``tokens``, as ``text_classification``) with train/dev/test splits:
+
+* IMDB: ``imdb/aclImdb_labeled.tar.gz`` read with ``tarfile``; 2,500 of the 25,000 training
+  reviews held out for validation (seeded, ``SPLIT_SEED``); 25,000 test reviews. HTML
+  ``<br />`` breaks become spaces; ``max_len`` optionally keeps the first tokens only.
+* SST-5: the fine-grained sentence split ``sst/stsa.fine.{train,dev,test}`` (8,544 / 1,101 /
+  2,210).
+* AG News: ``ag_news/{train,test}.csv`` (class, title, description; classes 1-4), title and
+  description joined; 10% of train (12,000) held out for validation. Only ``test.csv`` ships
+  here: without ``train.csv`` the loader raises ``AG_TRAIN_MISSING``.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import tarfile
+
+from dense_rnn.data.text_classification import (
+    DEV_FRACTION,
+    SPLIT_SEED,
+    Splits,
+    _dataset,
+    _split_off,
+    clean_str,
+    load_sst,
+)
+from dense_rnn.errors import UserError
+
+IMDB_TAR = os.path.join("imdb", "aclImdb_labeled.tar.gz")
+_IMDB_MEMBER = re.compile(r"aclImdb/(train|test)/(pos|neg)/\d+_\d+\.txt$")
+AG_TRAIN_MISSING = ("AG News training split missing: {path} not found (only test.csv ships "
+                    "in the data dir); put AG's News train.csv (120,000 rows, "
+                    '"class","title","description") there to train on --dataset=ag')
+
+
+def read_imdb_tar(path: str) -> dict[str, tuple[list[str], list[int]]]:
+    """``{split: (texts, labels)}`` of the IMDB tarball, label 1 = pos, in archive order."""
+    if not os.path.isfile(path):
+        raise UserError(f"IMDB archive {path} not found; pass --data_dir=DIR holding "
+                        f"{IMDB_TAR}")
+    out: dict[str, tuple[list[str], list[int]]] = {"train": ([], []), "test": ([], [])}
+    try:
+        with tarfile.open(path) as tar:
+            for member in tar:
+                match = _IMDB_MEMBER.match(member.name)
+                if match and member.isfile():
+                    text = tar.extractfile(member).read().decode("utf-8")
+                    out[match[1]][0].append(text.replace("<br />", " "))
+                    out[match[1]][1].append(int(match[2] == "pos"))
+    except (tarfile.TarError, OSError, EOFError, UnicodeDecodeError) as e:
+        raise UserError(f"{path} is not a readable IMDB tar.gz ({e}); restore the original "
+                        "archive") from None
+    for split, (texts, _) in out.items():
+        if not texts:
+            raise UserError(f"{path} holds no aclImdb/{split}/{{pos,neg}}/*.txt reviews")
+    return out
+
+
+def load_imdb(data_dir: str, max_len: int | None = None) -> Splits:
+    """IMDB train (22,500) / dev (2,500, seeded) / test (25,000); ``max_len`` truncates."""
+    raw = read_imdb_tar(os.path.join(data_dir, IMDB_TAR))
+
+    def clean(s: str) -> str:
+        tokens = clean_str(s).split()
+        return " ".join(tokens[:max_len] if max_len else tokens)
+
+    train = _dataset(*raw["train"], clean)
+    train, dev = _split_off(train, DEV_FRACTION, SPLIT_SEED)
+    return {"train": train, "dev": dev, "test": _dataset(*raw["test"], clean)}
+
+
+def load_sst5(data_dir: str) -> Splits:
+    """SST-5 = the fine-grained sentence-level SST splits (``stsa.fine.*``)."""
+    return load_sst(data_dir, fine=True)
+
+
+def read_ag_csv(path: str) -> tuple[list[str], list[int]]:
+    """``(title + " " + description, class - 1)`` of every row of an AG News csv file."""
+    texts, labels = [], []
+    with open(path, encoding="utf-8", newline="") as f:
+        for n, row in enumerate(csv.reader(f), 1):
+            if len(row) != 3 or row[0] not in ("1", "2", "3", "4"):
+                raise UserError(f"{path}: row {n} is not \"class(1-4)\",\"title\","
+                                f"\"description\": {str(row)[:60]}")
+            texts.append(f"{row[1]} {row[2]}".replace("\\n", " ").replace("\\", " "))
+            labels.append(int(row[0]) - 1)
+    if not texts:
+        raise UserError(f"{path} has no rows; restore the original file")
+    return texts, labels
+
+
+def load_ag(data_dir: str) -> Splits:
+    """AG News train (108,000) / dev (12,000, seeded) / test (7,600)."""
+    paths = {s: os.path.join(data_dir, "ag_news", f"{s}.csv") for s in ("train", "test")}
+    if not os.path.isfile(paths["train"]):
+        raise UserError(AG_TRAIN_MISSING.format(path=paths["train"]))
+    if not os.path.isfile(paths["test"]):
+        raise UserError(f"AG News test split missing: {paths['test']} not found")
+    train, dev = _split_off(_dataset(*read_ag_csv(paths["train"]), clean_str), DEV_FRACTION,
+                            SPLIT_SEED)
+    return {"train": train, "dev": dev, "test": _dataset(*read_ag_csv(paths["test"]), clean_str)}

@@ -1,0 +1,147 @@
+"""The dense recurrent block of DenseRNNs (Zhao et al. 2019, eq. 2-3; DenseGRU eq. 7-8).
+
+The sequence is cut into blocks of ``k`` steps. At step ``t = mk + n`` (``n`` in ``1..k``)
+the unit reads the input ``x_t`` and the recurrent input (eq. 2 / 7)::
+
+    x~_t = h_{t-1}                              if n = 1 (last state of the previous block)
+    x~_t = [h_{mk+1}; ...; h_{mk+n-1}]          otherwise
+
+and updates ``h_t = f(W1 x_t + W2^{(n)} x~_t + b)`` (eq. 3). ``W1`` is shared by all steps;
+the recurrent weight ``W2^{(n)}`` (``(max(n-1, 1) * H, g * H)``) is owned by the position
+``n`` and shared across blocks. ``k = 1`` is the plain cell.
+
+The whole layer is ONE ``lax.scan`` with fixed shapes: the carry holds the cell state and
+a buffer of the block's states ``h_{mk+1..mk+k-1}``; at position ``n`` the buffer is masked
+to its first ``n - 1`` slots (or replaced by ``h_{t-1}`` at ``n = 1``) and multiplied by
+``W2^{(n)}`` zero-padded to the full buffer width. ``W1 x_t + b`` is hoisted out of the scan.
+
+Cells (``DENSE_STEPS``), with ``r = W2^{(n)} x~_t`` split per gate:
+
+* ``rnn``:  ``h_t = tanh(W1 x_t + r + b)``
+* ``gru`` (eq. 8): ``z, r_gate = sigmoid(...)``, ``h~ = tanh(W x_t + U (r_gate . x~_t) + b)``
+  with the reset gate applied to every state of ``x~_t``, ``h_t = (1 - z) h_{t-1} + z h~``
+* ``lstm``: the LSTM of ``cells.lstm_step`` with ``U h_{t-1}`` replaced by ``U x~_t``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from dense_rnn import cells
+from dense_rnn.recurrent import Initializer, length_mask, uniform_init
+
+Array = jax.Array
+DenseStep = Callable[[Array, cells.Carry, Array, Array], tuple[cells.Carry, Array]]
+
+
+def _rnn(w: Array, carry: Array, xw: Array, rec: Array):
+    h = jnp.tanh(xw + rec @ w)
+    return h, h
+
+
+def _gru(w: Array, carry: Array, xw: Array, rec: Array):
+    n_hidden = carry.shape[-1]
+    r, z = jnp.split(jax.nn.sigmoid(xw[..., : 2 * n_hidden] + rec @ w[:, : 2 * n_hidden]), 2, -1)
+    reset = jnp.tile(r, rec.shape[-1] // n_hidden)  # r_t applied to every state of x~_t
+    cand = jnp.tanh(xw[..., 2 * n_hidden :] + (reset * rec) @ w[:, 2 * n_hidden :])
+    h = (1.0 - z) * carry + z * cand
+    return h, h
+
+
+def _lstm(w: Array, carry: tuple[Array, Array], xw: Array, rec: Array):
+    return cells.lstm_step({"w_hh": w}, (carry[0], rec), xw)
+
+
+DENSE_STEPS: dict[str, DenseStep] = {"rnn": _rnn, "gru": _gru, "lstm": _lstm}
+
+
+def rec_rows(n: int) -> int:
+    """Number of hidden states in ``x~_t`` at block position ``n`` (1-based), eq. 2."""
+    return max(n - 1, 1)
+
+
+def dense_scan(
+    cell: str,
+    w_hh: list[Array],
+    xw: Array,
+    carry: cells.Carry,
+    lengths: Array | None = None,
+) -> tuple[cells.Carry, Array]:
+    """Runs a dense recurrent block layer over pre-projected inputs ``xw`` (batch, time, gH).
+
+    Args:
+      cell: ``"rnn"``, ``"gru"`` or ``"lstm"``.
+      w_hh: ``k`` recurrent weights; ``w_hh[n-1]`` is ``W2^{(n)}``, ``(rec_rows(n) * H, gH)``.
+      xw: ``W1 x_t + b`` for every step.
+      carry: initial cell carry (``h`` or ``(c, h)``), batch-major.
+      lengths: optional ``(batch,)`` real lengths; later steps keep the carry, output 0.
+
+    Returns:
+      ``(final_carry, outputs (batch, time, H))``.
+    """
+    step = DENSE_STEPS[cell]
+    k = len(w_hh)
+    h0 = cells.carry_output(carry)
+    n_hidden = h0.shape[-1]
+    slots = rec_rows(k)
+    width = slots * n_hidden
+    w_all = jnp.stack([jnp.pad(w, ((0, width - w.shape[0]), (0, 0))) for w in w_hh])
+    batch, time = xw.shape[:2]
+    buf0 = jnp.zeros((batch, slots, n_hidden), h0.dtype)
+    pos = jnp.arange(time) % k  # 0-based position in the block
+    mask = jnp.ones((batch, time), bool) if lengths is None else length_mask(lengths, time)
+
+    def body(state, inputs):
+        carry, buf = state
+        xw_t, p, m_t = inputs
+        h_prev = cells.carry_output(carry)
+        first = jnp.zeros_like(buf).at[:, 0].set(h_prev)
+        in_block = (jnp.arange(slots) < p)[None, :, None]
+        rec = jnp.where(p == 0, first, jnp.where(in_block, buf, 0.0)).reshape(batch, width)
+        new_carry, h = step(w_all[p], carry, xw_t, rec)
+        new_buf = jnp.where((jnp.arange(slots) == p)[None, :, None], h[:, None], buf)
+        keep = m_t[:, None]
+        new_carry = jax.tree.map(lambda a, b: jnp.where(keep, a, b), new_carry, carry)
+        new_buf = jnp.where(keep[:, :, None], new_buf, buf)
+        return (new_carry, new_buf), jnp.where(keep, h, 0.0)
+
+    xs = (jnp.swapaxes(xw, 0, 1), pos, jnp.swapaxes(mask, 0, 1))
+    (carry, _), ys = jax.lax.scan(body, (carry, buf0), xs)
+    return carry, jnp.swapaxes(ys, 0, 1)
+
+
+def pytorch_uniform(features: int) -> Initializer:
+    """PyTorch's RNN default, uniform in ``[-1/sqrt(H), 1/sqrt(H)]`` (the paper's framework)."""
+    return uniform_init(features**-0.5)
+
+
+class DenseRecurrent(nn.Module):
+    """One DenseRNN / DenseGRU / DenseLSTM layer (eq. 2-3, 7-8) of dense depth ``k``.
+
+    Parameters: ``w_ih`` (d, gH) = ``W1``, ``b`` (gH), ``w_hh_{n}`` = ``W2^{(n)}`` for
+    ``n = 1..k``. ``__call__(x, lengths) -> (final_carry, (batch, time, H))``.
+    """
+
+    cell: str
+    features: int
+    k: int
+
+    @nn.compact
+    def __call__(self, x: Array, lengths: Array | None = None) -> tuple[cells.Carry, Array]:
+        spec = cells.get_cell(self.cell)
+        g = spec.gates * self.features
+        init = pytorch_uniform(self.features)
+        params = {
+            "w_ih": self.param("w_ih", init, (x.shape[-1], g)),
+            "b": self.param("b", init, (g,)),
+        }
+        w_hh = [
+            self.param(f"w_hh_{n}", init, (rec_rows(n) * self.features, g))
+            for n in range(1, self.k + 1)
+        ]
+        carry = spec.zero_carry((x.shape[0],), self.features, x.dtype)
+        return dense_scan(self.cell, w_hh, cells.project(params, x), carry, lengths)

@@ -1,0 +1,74 @@
+"""Hierarchical multiscale stack of dense recurrent layers (Zhao et al. 2019, eq. 4-6).
+
+``depths = (k^(1), ..., k^(L))`` are the dense depths in input time steps (eq. 4: doubling,
+``k^(l) = 2^(l-1) k^(1)``). Layer ``l > 1`` updates only when ``t ≡ 0 (mod k^(l-1))``, i.e. at
+the block ends of the layer below, reading ``h^{l-1}_t``; at every other step it copies
+``h^l_{t-1}`` (eq. 6). Its dense blocks span ``k^(l)`` input steps (eq. 5), i.e.
+``k^(l) / k^(l-1)`` of its own updates; copied states repeat the last update, so ``x~_t``
+holds the layer's distinct states of the block (its updates so far, or at the block's
+first update the state carried from the previous block).
+
+Copies carry no computation, so layer ``l`` is run as a ``DenseRecurrent`` layer over the
+strided sequence of the lower layer's block-end states (``T / k^(l-1)`` steps), with
+lengths ``length // k^(l-1)``: a trailing partial block never reaches the layer above.
+
+Ablations (Table 3): ``multiscale=False`` updates every layer at every step (dense depth
+``k^(l)`` on the full sequence); ``dense=False`` replaces every dense block by the plain
+cell (one recurrent weight) while keeping the multiscale update schedule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import flax.linen as nn
+import jax
+
+from dense_rnn import cells
+from dense_rnn.dense_block import DenseRecurrent
+
+Array = jax.Array
+
+
+def layer_schedule(
+    depths: Sequence[int], multiscale: bool = True, dense: bool = True
+) -> list[tuple[int, int, int]]:
+    """Per layer ``(stride, subsample, own_depth)``.
+
+    ``stride``: input steps between the layer's updates (``k^(l-1)``, 1 for the first layer
+    or without multiscale); ``subsample``: take every ``subsample``-th output of the layer
+    below; ``own_depth``: dense depth in the layer's own steps (1 = plain cell).
+    """
+    out, prev_stride = [], 1
+    for i, k in enumerate(depths):
+        stride = depths[i - 1] if multiscale and i else 1
+        if stride % prev_stride or k % stride:
+            raise ValueError(f"dense depths {tuple(depths)} must each divide the next")
+        out.append((stride, stride // prev_stride, k // stride if dense else 1))
+        prev_stride = stride
+    return out
+
+
+class HMDenseStack(nn.Module):
+    """``len(depths)`` dense recurrent layers of ``features`` units, hierarchical multiscale.
+
+    ``__call__(x, lengths) -> (top_final_carry, [h_1, ..., h_L])`` where ``h_l`` is layer
+    ``l``'s state sequence on its own (strided) time axis.
+    """
+
+    cell: str
+    features: int
+    depths: Sequence[int]
+    multiscale: bool = True
+    dense: bool = True
+
+    @nn.compact
+    def __call__(self, x: Array, lengths: Array | None = None) -> tuple[cells.Carry, list[Array]]:
+        outputs, carry, lens = [], None, lengths
+        for i, (stride, sub, k) in enumerate(layer_schedule(self.depths, self.multiscale,
+                                                            self.dense)):
+            x = x[:, sub - 1 :: sub]
+            lens = None if lengths is None else lengths // stride
+            carry, x = DenseRecurrent(self.cell, self.features, k, name=f"layer_{i}")(x, lens)
+            outputs.append(x)
+        return carry, outputs

@@ -1,0 +1,72 @@
+"""Text classifiers of Zhao et al. 2019 (Table 2 and 3): one model, three recurrent nets.
+
+embedding (300-d) -> recurrent net -> final hidden state of the top layer -> softmax.
+The paper gives no pooling or dropout, so none is used: the last state of the top layer
+(after each sequence's last real token it reaches) feeds the softmax layer.
+
+``net``:
+* ``"stacked"``: ``layers`` plain ``cell`` layers (``RecurrentStack``): RNN, GRU, LSTM and
+  their 3-layer stacks.
+* ``"hornn"``: ``layers`` Gated HORNN layers (Soltani & Jiang 2016), order ``hornn_order``.
+* ``"hm"``: ``HMDenseStack`` with dense depths ``depths`` (one entry: DenseRNN/GRU/LSTM;
+  three: HM-DenseRNN/GRU/LSTM), ``multiscale`` and ``dense`` switch the Table 3 ablations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import flax.linen as nn
+import jax
+
+from dense_rnn import cells
+from dense_rnn.dense_block import pytorch_uniform
+from dense_rnn.hm_stack import HMDenseStack
+from dense_rnn.hornn import GatedHORNN
+from dense_rnn.stack import RecurrentStack
+
+Array = jax.Array
+NETS = ("stacked", "hornn", "hm")
+
+
+class HMTextClassifier(nn.Module):
+    """``__call__(tokens[B, T], lengths[B], deterministic) -> logits[B, num_classes]``."""
+
+    vocab_size: int
+    num_classes: int
+    embed_size: int
+    net: str
+    features: int
+    cell: str = "gru"
+    layers: int = 1
+    depths: Sequence[int] = (4,)
+    multiscale: bool = True
+    dense: bool = True
+    hornn_order: int = 2
+
+    def recurrent_net(self, x: Array, lengths: Array) -> Array:
+        """Final hidden state of the top recurrent layer, ``(batch, features)``."""
+        if self.net == "stacked":
+            init = pytorch_uniform(self.features)
+            carries, _ = RecurrentStack(
+                cell=self.cell, features=(self.features,) * self.layers, kernel_init=init,
+                recurrent_init=init, bias_init=init, name="rnn",
+            )(x, lengths=lengths)
+            return cells.carry_output(carries[-1])
+        if self.net == "hornn":
+            for i in range(self.layers):
+                carry, x = GatedHORNN(self.features, self.hornn_order, name=f"hornn_{i}")(
+                    x, lengths)
+            return cells.carry_output(carry)
+        if self.net == "hm":
+            carry, _ = HMDenseStack(
+                self.cell, self.features, tuple(self.depths), self.multiscale, self.dense,
+                name="hm",
+            )(x, lengths)
+            return cells.carry_output(carry)
+        raise ValueError(f"unknown net {self.net!r}; use one of {NETS}")
+
+    @nn.compact
+    def __call__(self, tokens: Array, lengths: Array, deterministic: bool = True) -> Array:
+        e = nn.Embed(self.vocab_size, self.embed_size, name="embed")(tokens)
+        return nn.Dense(self.num_classes, name="softmax")(self.recurrent_net(e, lengths))

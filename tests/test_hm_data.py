@@ -1,0 +1,66 @@
+"""HM-DenseRNN dataset loaders on the real files (``DENSE_RNN_DATA_DIR``, default
+``<repo>/../shared/data``)."""
+
+import os
+
+import numpy as np
+import pytest
+
+from dense_rnn.data import hm_datasets
+from dense_rnn.data.text_classification import batches
+from dense_rnn.errors import UserError
+
+DATA_DIR = os.environ.get(
+    "DENSE_RNN_DATA_DIR",
+    os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "shared", "data"))
+needs_data = pytest.mark.skipif(not os.path.isdir(DATA_DIR), reason=f"no data in {DATA_DIR}")
+
+
+@needs_data
+def test_sst5_splits():
+    splits = hm_datasets.load_sst5(DATA_DIR)
+    assert {k: len(v) for k, v in splits.items()} == {"train": 8544, "dev": 1101, "test": 2210}
+    assert np.bincount(splits["test"]["label"]).tolist() == [279, 633, 389, 510, 399]
+
+
+@needs_data
+def test_ag_test_csv_and_missing_train(tmp_path):
+    texts, labels = hm_datasets.read_ag_csv(os.path.join(DATA_DIR, "ag_news", "test.csv"))
+    assert len(texts) == 7600 and np.bincount(labels).tolist() == [1900] * 4
+    assert texts[0].startswith("Fears for T N pension after talks Unions representing")
+    with pytest.raises(UserError, match="training split missing.*train.csv"):
+        hm_datasets.load_ag(DATA_DIR)
+
+
+def test_ag_bad_row(tmp_path):
+    (tmp_path / "ag_news").mkdir()
+    for split in ("train", "test"):
+        (tmp_path / "ag_news" / f"{split}.csv").write_text('"5","t","d"\n')
+    with pytest.raises(UserError, match="row 1"):
+        hm_datasets.load_ag(str(tmp_path))
+
+
+def test_imdb_missing_or_corrupt(tmp_path):
+    with pytest.raises(UserError, match="not found"):
+        hm_datasets.load_imdb(str(tmp_path))
+    (tmp_path / "imdb").mkdir()
+    (tmp_path / hm_datasets.IMDB_TAR).write_bytes(b"not a tarball")
+    with pytest.raises(UserError, match="not a readable"):
+        hm_datasets.load_imdb(str(tmp_path))
+
+
+@needs_data
+@pytest.mark.slow
+def test_imdb_splits_and_bucketed_batches():
+    splits = hm_datasets.load_imdb(DATA_DIR, max_len=400)
+    assert {k: len(v) for k, v in splits.items()} == {"train": 22500, "dev": 2500, "test": 25000}
+    assert sum(splits["train"]["label"]) + sum(splits["dev"]["label"]) == 12500
+    assert max(len(t) for t in splits["test"]["tokens"]) == 400
+    assert "<br" not in splits["test"]["text"][0] and "br" not in splits["test"]["tokens"][0]
+    again = hm_datasets.load_imdb(DATA_DIR, max_len=400)
+    assert again["dev"]["text"] == splits["dev"]["text"]  # seeded hold-out
+    ids = [np.arange(len(t), dtype=np.int32) + 2 for t in splits["dev"]["tokens"][:300]]
+    for batch in batches(ids, np.zeros(300, np.int32), 64, np.random.default_rng(0)):
+        assert batch["tokens"].shape[1] % 16 == 0
+        real = np.arange(batch["tokens"].shape[1])[None] < batch["lengths"][:, None]
+        assert np.all((batch["tokens"] > 0) == real)

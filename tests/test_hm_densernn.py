@@ -1,0 +1,168 @@
+"""HM-DenseRNN: strided multiscale stack vs the literal eq. 4-6 reference, Gated HORNN,
+classifier, named configs and their parameter counts (Zhao et al. 2019, Tables 2-3)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dense_rnn import cells
+from dense_rnn.configs import hm_densernn as cfg
+from dense_rnn.hm_stack import HMDenseStack, layer_schedule
+from dense_rnn.hornn import GatedHORNN
+from dense_rnn.models import CLASSIFIERS
+from tests import hm_reference as ref
+
+B, T, D, H = 3, 21, 5, 4
+LENGTHS = np.array([21, 13, 3], np.int32)
+
+
+@pytest.mark.parametrize(
+    "cell,depths,multiscale,dense",
+    [
+        ("gru", (2, 4, 8), True, True),
+        ("lstm", (2, 4, 8), True, True),
+        ("rnn", (3, 6), True, True),
+        ("gru", (2, 4, 8), False, True),  # Table 3: - multiscale
+        ("gru", (2, 4, 8), True, False),  # Table 3: - dense block
+    ],
+)
+def test_strided_stack_matches_literal_reference(cell, depths, multiscale, dense):
+    x = jax.random.normal(jax.random.key(0), (B, T, D))
+    stack = HMDenseStack(cell, H, depths, multiscale, dense)
+    params = stack.init(jax.random.key(1), x)["params"]
+    carry, outs = jax.jit(lambda p, x, n: stack.apply({"params": p}, x, n))(
+        params, x, jnp.asarray(LENGTHS))
+    p64 = [jax.tree.map(lambda a: np.asarray(a, np.float64), params[f"layer_{i}"])
+           for i in range(len(depths))]
+    sched = layer_schedule(depths, multiscale, dense)
+    for b, n in enumerate(LENGTHS):
+        updates, h_final = ref.hm_stack(cell, p64, np.asarray(x[b, :n], np.float64), depths,
+                                        multiscale, dense)
+        for i, (stride, _, _) in enumerate(sched):
+            assert [t for t, _ in updates[i]] == [stride * (j + 1) for j in range(n // stride)]
+            got = outs[i][b, : n // stride]
+            np.testing.assert_allclose(got, np.array([h for _, h in updates[i]]).reshape(
+                got.shape), atol=2e-5)
+        np.testing.assert_allclose(cells.carry_output(carry)[b], h_final[-1], atol=2e-5)
+
+
+def test_schedule_doubles_depth_and_strides():
+    assert layer_schedule((2, 4, 8)) == [(1, 1, 2), (2, 2, 2), (4, 2, 2)]
+    assert layer_schedule((2, 4, 8), multiscale=False) == [(1, 1, 2), (1, 1, 4), (1, 1, 8)]
+    assert layer_schedule((2, 4, 8), dense=False) == [(1, 1, 1), (2, 2, 1), (4, 2, 1)]
+    with pytest.raises(ValueError, match="divide"):
+        layer_schedule((4, 6))
+
+
+def _hornn_reference(p, xs):
+    h1, h2, out = np.zeros(H), np.zeros(H), []
+    for x in xs:
+        a = x @ p["w_ih"] + p["b"]
+        r1 = ref.sigmoid(a[:H] + h1 @ p["w_gate"][0])
+        r2 = ref.sigmoid(a[H : 2 * H] + h2 @ p["w_gate"][1])
+        h1, h2 = np.tanh(a[2 * H :] + np.concatenate([r1 * h1, r2 * h2]) @ p["w_hh"]), h1
+        out.append(h1)
+    return np.array(out)
+
+
+def test_gated_hornn_matches_reference():
+    x = jax.random.normal(jax.random.key(2), (B, T, D))
+    layer = GatedHORNN(H)
+    params = layer.init(jax.random.key(3), x)["params"]
+    carry, ys = layer.apply({"params": params}, x, jnp.asarray(LENGTHS))
+    p64 = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
+    for b, n in enumerate(LENGTHS):
+        want = _hornn_reference(p64, np.asarray(x[b, :n], np.float64))
+        np.testing.assert_allclose(ys[b, :n], want, atol=2e-5)
+        np.testing.assert_allclose(cells.carry_output(carry)[b], want[-1], atol=2e-5)
+
+
+MODELS = ("rnn gru lstm hornn stacked_rnn stacked_gru stacked_lstm stacked_hornn densernn "
+          "densegru denselstm hm_densernn hm_densegru hm_denselstm").split()
+
+
+def test_config_names():
+    names = {f"{m}_{u}" for m in MODELS for u in (64, 128)} | {
+        "hm_densegru_64_no_hierarchy", "hm_densegru_64_no_multiscale",
+        "hm_densegru_64_no_dense_block"}
+    assert set(cfg.CONFIGS) == names
+    for c in cfg.CONFIGS.values():
+        assert c.model in CLASSIFIERS and c.max_grad_norm == 1.0 and c.embed_size == 300
+        assert c.learning_rate in cfg.LR_SWEEP
+
+
+def test_config_architectures():
+    a = {n: dict(c.model_args) for n, c in cfg.CONFIGS.items()}
+    assert a["gru_64"] == {"net": "stacked", "features": 64, "cell": "gru", "layers": 1}
+    assert a["stacked_lstm_128"] == {"net": "stacked", "features": 128, "cell": "lstm",
+                                     "layers": 3}
+    assert a["stacked_hornn_64"] == {"net": "hornn", "features": 64, "layers": 3}
+    assert a["densernn_128"] == {"net": "hm", "features": 128, "cell": "rnn", "depths": (4,)}
+    assert a["hm_denselstm_64"] == {"net": "hm", "features": 64, "cell": "lstm",
+                                    "depths": (2, 4, 8)}
+    assert a["hm_densegru_64_no_hierarchy"] == a["densegru_64"]
+    assert a["hm_densegru_64_no_multiscale"] == {**a["hm_densegru_64"], "multiscale": False}
+    assert a["hm_densegru_64_no_dense_block"] == {**a["hm_densegru_64"], "dense": False}
+
+
+# Hand counts, d = 300, one bias per gate (ours) and with PyTorch's second bias (paper).
+# stacked: g(dH + H^2 + H) + (L-1) g(2H^2 + H); HORNN: 3dH + 4H^2 + 3H (+ 7H^2 + 3H per
+# upper layer); dense depth k: g(dH + s(k)H^2 + H), s(2)=2, s(4)=7, s(8)=29; HM (2,4,8):
+# g(dH + 2H^2 + H) + 2 g(H^2 + 2H^2 + H).
+HAND_COUNTS = {  # name: (ours, paper)
+    "rnn_64": (23360, 23424), "rnn_128": (54912, 55040),
+    "gru_64": (70080, 70272), "gru_128": (164736, 165120),
+    "lstm_64": (93440, 93696), "lstm_128": (219648, 220160),
+    "hornn_64": (74176, 74176), "hornn_128": (181120, 181120),
+    "stacked_rnn_64": (39872, 40064), "stacked_rnn_128": (120704, 121088),
+    "stacked_gru_64": (119616, 120192), "stacked_gru_128": (362112, 363264),
+    "stacked_lstm_64": (159488, 160256), "stacked_lstm_128": (482816, 484352),
+    "stacked_hornn_64": (131904, 131904), "stacked_hornn_128": (411264, 411264),
+    "densernn_64": (47936, 48000), "densernn_128": (153216, 153344),
+    "densegru_64": (143808, 144000), "densegru_128": (459648, 460032),
+    "denselstm_64": (191744, 192000), "denselstm_128": (612864, 613376),
+    "hm_densernn_64": (52160, 52352), "hm_densernn_128": (169856, 170240),
+    "hm_densegru_64": (156480, 157056), "hm_densegru_128": (509568, 510720),
+    "hm_denselstm_64": (208640, 209408), "hm_denselstm_128": (679424, 680960),
+    "hm_densegru_64_no_hierarchy": (143808, 144000),
+    "hm_densegru_64_no_multiscale": (549696, 550272),  # s = 2, 7 + 1, 29 + 1 per gate
+    "hm_densegru_64_no_dense_block": (119616, 120192),  # = stacked GRU 64
+}
+
+
+@pytest.mark.parametrize("name", sorted(HAND_COUNTS))
+def test_param_counts_pinned(name):
+    c = cfg.CONFIGS[name]
+    ours, paper = HAND_COUNTS[name]
+    assert (cfg.param_count(c), cfg.paper_param_count(c)) == (ours, paper)
+    model = CLASSIFIERS[c.model](vocab_size=7, num_classes=5, embed_size=c.embed_size,
+                                 **c.model_args)
+    shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((2, 16), jnp.int32),
+                            jnp.full((2,), 16, jnp.int32))["params"]
+    sizes = {k: sum(np.prod(a.shape) for a in jax.tree.leaves(v)) for k, v in shapes.items()}
+    assert sizes["embed"] == 7 * 300 and sizes["softmax"] == c.model_args["features"] * 5 + 5
+    assert sum(sizes.values()) - sizes["embed"] - sizes["softmax"] == ours
+    assert cfg.full_param_count(c, num_classes=5, vocab_size=7) == sum(sizes.values())
+
+
+@pytest.mark.parametrize("name", [n for n in HAND_COUNTS if n.rsplit("_", 1)[0] in cfg.TABLE2])
+def test_paper_counts_round_to_table2(name):
+    model, units = name.rsplit("_", 1)
+    table = cfg.TABLE2[model][0][cfg.UNITS.index(int(units))]
+    rounded = round(cfg.paper_param_count(cfg.CONFIGS[name]) / 1000)
+    assert (rounded == table) == (name not in cfg.PAPER_COUNT_MISMATCH), (rounded, table)
+
+
+@pytest.mark.parametrize("name", ["stacked_gru_64", "hm_denselstm_64"])
+def test_classifier_ignores_padding(name):
+    c = cfg.CONFIGS[name]
+    model = CLASSIFIERS[c.model](vocab_size=20, num_classes=4, embed_size=8, **c.model_args)
+    tokens = jax.random.randint(jax.random.key(0), (3, 16), 2, 20)
+    lengths = jnp.array([16, 9, 2])
+    params = model.init(jax.random.key(1), tokens, lengths)
+    apply = jax.jit(model.apply)
+    logits = apply(params, tokens, lengths)
+    assert logits.shape == (3, 4)
+    padded = jnp.where(jnp.arange(16)[None] < lengths[:, None], tokens, 0)
+    np.testing.assert_allclose(apply(params, padded, lengths), logits, atol=1e-6)
