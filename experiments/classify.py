@@ -38,6 +38,10 @@ flags.DEFINE_enum("select", "dev", ["dev", "test"], "Reported test accuracy: at 
                   "dev epoch, or 'test' = best test accuracy during training (the paper's "
                   "protocol, optimistic; labelled so in every output).")
 flags.DEFINE_list("folds", None, "CV folds to run (MR, Subj); default all 10.")
+flags.DEFINE_list("lr_sweep", None, "Learning rates to try, e.g. 1e-2,1e-3,1e-4 (Zhao et al.): "
+                  "one run each in WORKDIR/lr_RATE, the best on dev reported in WORKDIR.")
+flags.DEFINE_integer("max_len", 0, "Keep only the first N tokens of every text (0: all); "
+                     "recorded in the summary (e.g. IMDB).")
 flags.DEFINE_bool("dry_run", False, "Print the resolved config and parameter counts, exit.")
 OVERRIDES = define_override_flags(ClassifierConfig, skip=("name", "model", "paper"))
 FLAGS = flags.FLAGS
@@ -94,8 +98,18 @@ def run() -> None:
     except ValueError:
         raise UserError(f"--folds={','.join(FLAGS.folds)}: give fold numbers like 0,1,2") from None
     workdir = FLAGS.workdir or os.path.join("workdirs", f"{config.name}_{FLAGS.dataset}")
-    classify.run(config, family, FLAGS.dataset, FLAGS.data_dir, workdir, FLAGS.embeddings,
-                 FLAGS.oov, FLAGS.select, folds, log=lambda s: print(s, flush=True))
+    kwargs = dict(family=family, dataset=FLAGS.dataset, data_dir=FLAGS.data_dir,
+                  embeddings=FLAGS.embeddings, oov=FLAGS.oov, select=FLAGS.select, folds=folds,
+                  log=lambda s: print(s, flush=True), max_len=FLAGS.max_len)
+    if FLAGS.lr_sweep:
+        try:
+            rates = [float(r) for r in FLAGS.lr_sweep]
+        except ValueError:
+            raise UserError(f"--lr_sweep={','.join(FLAGS.lr_sweep)}: give learning rates "
+                            "like 1e-2,1e-3,1e-4") from None
+        classify.run_lr_sweep(config, rates, workdir, **kwargs)
+    else:
+        classify.run(config, workdir=workdir, **kwargs)
 
 
 def main(argv: list[str]) -> None:

@@ -22,7 +22,7 @@ def _init(cell, k, seed=0):
 
 
 @pytest.mark.parametrize(
-    "cell,k", [("rnn", 4), ("gru", 1), ("gru", 3), ("gru", 4), ("lstm", 2), ("lstm", 4)])
+    "cell,k", [("rnn", 4), ("gru", 1), ("gru", 3), ("lstm", 4)])
 def test_dense_block_matches_reference(cell, k):
     layer, params, x = _init(cell, k)
     carry, ys = jax.jit(lambda p, x, n: layer.apply({"params": p}, x, n))(

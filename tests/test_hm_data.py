@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from dense_rnn.data import hm_datasets
-from dense_rnn.data.text_classification import batches
+from dense_rnn.data.text_classification import DATASETS, batches, truncate
 from dense_rnn.errors import UserError
 
 DATA_DIR = os.environ.get(
@@ -18,7 +18,9 @@ needs_data = pytest.mark.skipif(not os.path.isdir(DATA_DIR), reason=f"no data in
 
 @needs_data
 def test_sst5_splits():
-    splits = hm_datasets.load_sst5(DATA_DIR)
+    assert (DATASETS["sst5"].num_classes, DATASETS["imdb"].num_classes,
+            DATASETS["ag"].num_classes) == (5, 2, 4)
+    splits = DATASETS["sst5"].load(DATA_DIR)
     assert {k: len(v) for k, v in splits.items()} == {"train": 8544, "dev": 1101, "test": 2210}
     assert np.bincount(splits["test"]["label"]).tolist() == [279, 633, 389, 510, 399]
 
@@ -52,12 +54,12 @@ def test_imdb_missing_or_corrupt(tmp_path):
 @needs_data
 @pytest.mark.slow
 def test_imdb_splits_and_bucketed_batches():
-    splits = hm_datasets.load_imdb(DATA_DIR, max_len=400)
+    splits = truncate(DATASETS["imdb"].load(DATA_DIR), 400)
     assert {k: len(v) for k, v in splits.items()} == {"train": 22500, "dev": 2500, "test": 25000}
     assert sum(splits["train"]["label"]) + sum(splits["dev"]["label"]) == 12500
     assert max(len(t) for t in splits["test"]["tokens"]) == 400
     assert "<br" not in splits["test"]["text"][0] and "br" not in splits["test"]["tokens"][0]
-    again = hm_datasets.load_imdb(DATA_DIR, max_len=400)
+    again = hm_datasets.load_imdb(DATA_DIR)
     assert again["dev"]["text"] == splits["dev"]["text"]  # seeded hold-out
     ids = [np.arange(len(t), dtype=np.int32) + 2 for t in splits["dev"]["tokens"][:300]]
     for batch in batches(ids, np.zeros(300, np.int32), 64, np.random.default_rng(0)):

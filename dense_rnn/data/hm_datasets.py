@@ -5,7 +5,7 @@ Read from the local files into Hugging Face ``datasets`` (columns ``text``, ``la
 
 * IMDB: ``imdb/aclImdb_labeled.tar.gz`` read with ``tarfile``; 2,500 of the 25,000 training
   reviews held out for validation (seeded, ``SPLIT_SEED``); 25,000 test reviews. HTML
-  ``<br />`` breaks become spaces; ``max_len`` optionally keeps the first tokens only.
+  ``<br />`` breaks become spaces (an optional maximum length: the binary's ``--max_len``).
 * SST-5: the fine-grained sentence split ``sst/stsa.fine.{train,dev,test}`` (8,544 / 1,101 /
   2,210).
 * AG News: ``ag_news/{train,test}.csv`` (class, title, description; classes 1-4), title and
@@ -61,17 +61,12 @@ def read_imdb_tar(path: str) -> dict[str, tuple[list[str], list[int]]]:
     return out
 
 
-def load_imdb(data_dir: str, max_len: int | None = None) -> Splits:
-    """IMDB train (22,500) / dev (2,500, seeded) / test (25,000); ``max_len`` truncates."""
+def load_imdb(data_dir: str) -> Splits:
+    """IMDB train (22,500) / dev (2,500, seeded) / test (25,000); reviews are not cut here
+    (``text_classification.truncate``, the binary's ``--max_len``)."""
     raw = read_imdb_tar(os.path.join(data_dir, IMDB_TAR))
-
-    def clean(s: str) -> str:
-        tokens = clean_str(s).split()
-        return " ".join(tokens[:max_len] if max_len else tokens)
-
-    train = _dataset(*raw["train"], clean)
-    train, dev = _split_off(train, DEV_FRACTION, SPLIT_SEED)
-    return {"train": train, "dev": dev, "test": _dataset(*raw["test"], clean)}
+    train, dev = _split_off(_dataset(*raw["train"], clean_str), DEV_FRACTION, SPLIT_SEED)
+    return {"train": train, "dev": dev, "test": _dataset(*raw["test"], clean_str)}
 
 
 def load_sst5(data_dir: str) -> Splits:

@@ -171,7 +171,23 @@ DATASETS: dict[str, DatasetSpec] = {
     "sst1_phrases": DatasetSpec(5, lambda d: load_sst(d, fine=True, phrases=True)),
     "sst2_phrases": DatasetSpec(2, lambda d: load_sst(d, fine=False, phrases=True)),
     "trec": DatasetSpec(6, load_trec),
+    # Zhao et al. 2019 (HM-DenseRNN); dense_rnn.data.hm_datasets imports this module.
+    "imdb": DatasetSpec(2, lambda d: _hm_datasets().load_imdb(d)),
+    "sst5": DatasetSpec(5, lambda d: _hm_datasets().load_sst5(d)),
+    "ag": DatasetSpec(4, lambda d: _hm_datasets().load_ag(d)),
 }
+
+
+def truncate(splits: Splits, max_len: int) -> Splits:
+    """Every split with each text cut to its first ``max_len`` tokens (e.g. long IMDB reviews)."""
+    return {k: ds.map(lambda b: {"tokens": [t[:max_len] for t in b["tokens"]]}, batched=True)
+            for k, ds in splits.items()}
+
+
+def _hm_datasets():
+    from dense_rnn.data import hm_datasets
+
+    return hm_datasets
 
 
 def get_dataset(name: str) -> DatasetSpec:

@@ -290,8 +290,10 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
 
 def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, workdir: str,
         embeddings: str | None, oov: str = "drop", select: str = "dev",
-        folds: list[int] | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Trains ``c`` on ``dataset`` (every requested CV fold) and writes ``summary.json``."""
+        folds: list[int] | None = None, log: Callable[[str], None] = print,
+        max_len: int = 0) -> dict[str, Any]:
+    """Trains ``c`` on ``dataset`` (every requested CV fold) and writes ``summary.json``.
+    ``max_len > 0`` keeps only the first ``max_len`` tokens of every text."""
     wall_start = time.time()
     if select not in SELECTIONS:
         raise UserError(f"unknown --select={select!r}; use dev or test")
@@ -300,6 +302,10 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
         raise UserError(f"data directory {data_dir} not found; pass --data_dir=DIR holding "
                         "mr/, sst/, subj/, trec/")
     raw = spec.load(data_dir)
+    if max_len < 0:
+        raise UserError(f"--max_len={max_len}: give a positive token count, or 0 for no limit")
+    if max_len:
+        raw = tc.truncate(raw, max_len)
     vectors = None
     if embeddings:
         dim, vectors = load_glove(embeddings, tc.all_words(raw))
@@ -316,7 +322,7 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
                         f"{max(spec.num_folds, 1)} fold(s)")
     identity = {k: v for k, v in c.to_dict().items() if k not in RESUMABLE_FIELDS}
     identity |= {"dataset": dataset, "embeddings": os.path.basename(embeddings or ""),
-                 "oov": oov}
+                 "oov": oov} | ({"max_len": max_len} if max_len else {})
     records = {}
     for fold in fold_ids:
         splits = tc.make_splits(spec, raw, fold)
@@ -334,6 +340,7 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
     first = next(iter(records.values()))
     summary = {
         "config": c.to_dict(), "dataset": dataset, "embeddings": embeddings, "oov": oov,
+        "max_len": max_len or None,
         "selection": SELECTIONS[select],
         "num_params_paper": int(family.paper_param_count(c)),
         "num_params": first["num_params"], "num_params_embedding": first["num_params_embedding"],
@@ -352,4 +359,28 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
     metrics.write_json(os.path.join(workdir, "summary.json"), summary)
     log(f"{c.name} {dataset}: test accuracy {summary['test_accuracy']:.4f} "
         f"({SELECTIONS[select]}), dev accuracy {summary['dev_accuracy']:.4f}")
+    return summary
+
+
+def run_lr_sweep(c: ClassifierConfig, rates: list[float], workdir: str,
+                 log: Callable[[str], None] = print, **kwargs: Any) -> dict[str, Any]:
+    """``run`` once per learning rate (in ``WORKDIR/lr_RATE``); the rate with the best dev
+    accuracy is chosen (Zhao et al.: Adam lr from {1e-2, 1e-3, 1e-4} via validation) and its
+    summary, with every rate's dev/test accuracy, is written to ``WORKDIR/summary.json``."""
+    if not rates or any(not r > 0 for r in rates):
+        raise UserError(f"--lr_sweep={rates}: give positive learning rates like 1e-2,1e-3")
+    runs = {}
+    for lr in rates:
+        sub = os.path.join(workdir, f"lr_{lr:g}")
+        runs[lr] = run(dataclasses.replace(c, learning_rate=lr), workdir=sub, log=log, **kwargs)
+    best = max(rates, key=lambda r: runs[r]["dev_accuracy"])
+    summary = runs[best] | {
+        "learning_rate_chosen": best, "chosen_on": "dev accuracy",
+        "lr_sweep": {f"{r:g}": {k: runs[r][k] for k in ("dev_accuracy", "test_accuracy",
+                                                         "wall_seconds")} for r in rates},
+        "wall_seconds": sum(r["wall_seconds"] for r in runs.values()),
+    }
+    metrics.write_json(os.path.join(workdir, "summary.json"), summary)
+    log(f"{c.name}: learning rate {best:g} chosen on dev ({runs[best]['dev_accuracy']:.4f}); "
+        f"test accuracy {runs[best]['test_accuracy']:.4f}")
     return summary
