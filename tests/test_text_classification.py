@@ -1,0 +1,276 @@
+"""Sentence classification data (MR, Subj, SST-1/2, TREC), GloVe, batching and the binary."""
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from dense_rnn.data import text_classification as tc
+from dense_rnn.data.glove import load_glove
+from dense_rnn.errors import UserError
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.environ.get("DENSE_RNN_DATA_DIR", os.path.join(REPO, "..", "shared", "data"))
+needs_data = pytest.mark.skipif(not os.path.isdir(os.path.join(DATA, "sst")),
+                                reason=f"no data in {DATA} (set DENSE_RNN_DATA_DIR)")
+
+
+def test_clean_str_kim():
+    assert tc.clean_str("Isn't it great?! (yes)") == "is n't it great ? ! ( yes )"
+    assert tc.clean_str("What's the U.S. capital ,") == "what 's the u s capital ,"
+    assert tc.clean_str_sst("a -LRB- b  c") == "a lrb b c"
+
+
+def test_tree_phrases():
+    phrases = tc._tree_phrases("(3 (2 (2 The) (2 Rock)) (4 (3 rocks) (2 -LRB-)))")
+    assert phrases[0] == ("The Rock rocks (", 3)
+    assert sorted(phrases[1:]) == sorted([("The Rock", 2), ("The", 2), ("Rock", 2),
+                                          ("rocks (", 4), ("rocks", 3), ("(", 2)])
+
+
+@needs_data
+@pytest.mark.parametrize("name,sizes,classes", [
+    ("sst1", {"train": 8544, "dev": 1101, "test": 2210}, 5),
+    ("sst2", {"train": 6920, "dev": 872, "test": 1821}, 2),
+    ("trec", {"train": 4907, "dev": 545, "test": 500}, 6),
+])
+def test_fixed_split_datasets(name, sizes, classes):
+    spec = tc.get_dataset(name)
+    splits = tc.make_splits(spec, spec.load(DATA))
+    assert {k: len(v) for k, v in splits.items()} == sizes
+    assert spec.num_classes == classes
+    assert set(splits["train"]["label"]) == set(range(classes))
+    assert all(t == t.lower() for s in splits["train"]["tokens"][:200] for t in s)
+
+
+@needs_data
+def test_trec_labels_and_latin1():
+    raw = tc.load_trec(DATA)
+    assert np.bincount(raw["train"]["label"]).tolist() == [86, 1162, 1250, 1223, 835, 896]
+    assert np.bincount(raw["test"]["label"]).tolist() == [9, 138, 94, 65, 81, 113]
+    assert "sister\xf0city" in raw["train"][65]["text"]
+
+
+@needs_data
+@pytest.mark.parametrize("name", ["mr", "subj"])
+def test_cv_folds_fixed_disjoint_and_covering(name):
+    spec = tc.get_dataset(name)
+    raw = spec.load(DATA)
+    assert len(raw["all"]) == (10662 if name == "mr" else 10000)
+    assert np.bincount(raw["all"]["label"]).tolist() == ([5331] * 2 if name == "mr" else [5000] * 2)
+    tests = []
+    for fold in (0, 9):
+        s = tc.make_splits(spec, raw, fold)
+        texts = {k: set(v["text"]) for k, v in s.items()}
+        assert not (texts["train"] & texts["test"]) and not (texts["dev"] & texts["test"])
+        assert not (texts["train"] & texts["dev"])
+        assert sum(len(v) for v in s.values()) == len(raw["all"])
+        tests.append(texts["test"])
+    assert not (tests[0] & tests[1])
+    again = tc.make_splits(spec, spec.load(DATA), 0)
+    assert again["test"]["text"] == tc.make_splits(spec, raw, 0)["test"]["text"]
+
+
+@needs_data
+def test_sst_phrases():
+    splits = tc.load_sst(DATA, fine=False, phrases=True)
+    assert len(splits["train"]) > 70000 and set(splits["train"]["label"]) == {0, 1}
+
+
+def _write(path, data: bytes):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def test_bad_files(tmp_path):
+    d = str(tmp_path)
+    with pytest.raises(UserError, match="not found"):
+        tc.load_trec(d)
+    for split in ("train", "dev", "test"):
+        _write(f"{d}/sst/stsa.binary.{split}", b"1 good film\n\n   \n0 bad film\n")
+    assert len(tc.load_sst(d, fine=False)["train"]) == 2  # blank lines skipped
+    _write(f"{d}/sst/stsa.binary.dev", "1 caf\xe9 au lait\n".encode("cp1252"))
+    with pytest.raises(UserError, match="not utf-8 text"):
+        tc.load_sst(d, fine=False)
+    _write(f"{d}/sst/stsa.binary.dev", b"good film without label\n")
+    with pytest.raises(UserError, match="does not start with a label"):
+        tc.load_sst(d, fine=False)
+    _write(f"{d}/trec/train_5500.label", "DESC:def what is x ?\n".encode("utf-16"))
+    _write(f"{d}/trec/TREC_10.label", b"HUM:ind who ?\n")
+    with pytest.raises(UserError, match="no TREC label"):
+        tc.load_trec(d)
+    _write(f"{d}/mr/rt-polarity.neg", b"\n\n")
+    _write(f"{d}/mr/rt-polarity.pos", b"fine\n")
+    with pytest.raises(UserError, match="no non-blank lines"):
+        tc.get_dataset("mr").load(d)
+    with pytest.raises(UserError, match="unknown dataset"):
+        tc.get_dataset("imdbb")
+
+
+def test_glove_txt_and_gz(tmp_path):
+    text = "the 0.1 0.2 0.3\nfilm -1 0 1\nnew york 5 6 7\n"
+    (tmp_path / "g.txt").write_text(text)
+    with gzip.open(tmp_path / "g.txt.gz", "wt") as f:
+        f.write(text)
+    for name in ("g.txt", "g.txt.gz"):
+        dim, vec = load_glove(str(tmp_path / name), {"film", "new york", "absent"})
+        assert dim == 3 and set(vec) == {"film", "new york"}
+        np.testing.assert_array_equal(vec["film"], np.array([-1, 0, 1], np.float32))
+    (tmp_path / "bad.txt").write_text("the 0.1 0.2 0.3\nfilm 1\n")
+    with pytest.raises(UserError, match="1 values where the first line has 3"):
+        load_glove(str(tmp_path / "bad.txt"))
+    with pytest.raises(UserError, match="not found"):
+        load_glove(str(tmp_path / "missing.txt"))
+
+
+def _toy_splits():
+    import datasets
+
+    def ds(texts):
+        return datasets.Dataset.from_dict(
+            {"tokens": [t.split() for t in texts], "label": [0] * len(texts)})
+
+    return {"train": ds(["a b zz", "b c"]), "dev": ds(["d a"]), "test": ds(["e yy"])}
+
+
+def test_vocab_drop_and_random():
+    splits = _toy_splits()
+    pretrained = {"a", "b", "c", "d", "e"}
+    drop = tc.build_vocab(splits, pretrained, "drop")
+    assert drop.words == ("<pad>", "<unk>", "a", "b", "c", "d", "e")
+    assert [s.tolist() for s in drop.encode([["a", "zz", "e"]])] == [[2, 6]]
+    rand = tc.build_vocab(splits, pretrained, "random")
+    assert "zz" in rand.words and "yy" not in rand.words
+    assert rand.encode([["yy", "zz"]])[0].tolist() == [tc.UNK, rand.index["zz"]]
+    plain = tc.build_vocab(splits, None, "drop")
+    assert plain.words == ("<pad>", "<unk>", "a", "b", "c", "zz")
+    assert plain.encode([["d"]])[0].tolist() == [tc.UNK]
+
+
+def test_batches_pad_and_cover():
+    ids = [np.arange(1, n + 1, dtype=np.int32) for n in (3, 20, 1, 0, 5)]
+    labels = np.array([0, 1, 0, 1, 1])
+    seen = []
+    for b in tc.batches(ids, labels, 2, np.random.default_rng(0)):
+        assert b["tokens"].shape[0] == 2 and b["tokens"].shape[1] in (16, 32)
+        for row in range(2):
+            n = b["lengths"][row]
+            assert np.all(b["tokens"][row, n:] == tc.PAD)
+            if b["weights"][row]:
+                seen.append((n, b["labels"][row]))
+    assert sorted(seen) == sorted(zip([3, 20, 1, 0, 5], labels.tolist(), strict=True))
+
+
+# --- the binary --------------------------------------------------------------------------
+
+TRAIN = ["DESC:def what is a cat ?", "HUM:ind who is the king ?", "LOC:city where is paris ?",
+         "NUM:date when did it end ?", "ENTY:animal what animal barks ?",
+         "ABBR:exp what does nasa stand for ?"]
+
+
+def _toy_data(root):
+    lines = [TRAIN[i % 6] for i in range(40)]
+    _write(f"{root}/trec/train_5500.label", "\n".join(lines).encode("latin-1"))
+    _write(f"{root}/trec/TREC_10.label", "\n".join(TRAIN).encode("latin-1"))
+    with gzip.open(f"{root}/glove.txt.gz", "wt") as f:
+        for i, w in enumerate("what is a cat who the king where paris when did it end".split()):
+            f.write(w + " " + " ".join(str((i * 7 + j) % 5 / 10) for j in range(6)) + "\n")
+
+
+SMALL = ["--config=dc_bilstm", "--dl=2", "--dh=3", "--th=4", "--batch_size=8"]
+
+
+def _classify(*args, check=True):
+    env = {**os.environ, "PYTHONPATH": REPO, "JAX_PLATFORMS": "cpu"}
+    r = subprocess.run([sys.executable, "-m", "experiments.classify", *args], cwd=REPO,
+                       env=env, capture_output=True, text=True, timeout=300)
+    if check:
+        assert r.returncode == 0, r.stderr
+    return r
+
+
+def test_dry_run():
+    out = _classify("--config=dc_bilstm", "--dataset=sst1", "--dry_run").stdout
+    assert "num_params_paper=1404200\n" in out and "num_params=1407565\n" in out
+    assert "model_args={'dl': 15, 'dh': 13, 'th': 100" in out
+    out = _classify("--config=bilstm", "--dataset=sst2", "--th=100", "--dry_run").stdout
+    assert "num_params_paper=320000\n" in out and "num_params=321202\n" in out
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--config=nope"], "unknown config 'nope'"),
+    (["--dataset=nope"], "unknown dataset 'nope'"),
+    (["--data_dir=/nonexistent"], "data directory /nonexistent not found"),
+    (["--embeddings=/nonexistent.txt"], "embeddings file /nonexistent.txt not found"),
+])
+def test_bad_flags_one_line(tmp_path, args, message):
+    _toy_data(tmp_path)
+    base = [f"--data_dir={tmp_path}", "--dataset=trec", f"--workdir={tmp_path}/w"]
+    r = _classify(*base, *SMALL, *args, check=False)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def _params(workdir):
+    import orbax.checkpoint as ocp
+
+    step = max(int(s) for s in os.listdir(f"{workdir}/checkpoints") if s.isdigit())
+    with ocp.StandardCheckpointer() as c:
+        return c.restore(os.path.abspath(f"{workdir}/checkpoints/{step}/state"))
+
+
+@pytest.mark.slow  # about 2 minutes on a shared 2-core CPU
+def test_train_resume_bitwise_and_bad_inputs(tmp_path):
+    _toy_data(tmp_path)
+    base = [f"--data_dir={tmp_path}", "--dataset=trec", f"--embeddings={tmp_path}/glove.txt.gz",
+            *SMALL]
+    _classify(*base, f"--workdir={tmp_path}/full", "--max_epochs=3")
+    _classify(*base, f"--workdir={tmp_path}/resumed", "--max_epochs=1")  # "killed" after 1
+    out = _classify(*base, f"--workdir={tmp_path}/resumed", "--max_epochs=3",
+                    "--select=test").stdout
+    assert "resumed from" in out
+    a, b = _params(f"{tmp_path}/full"), _params(f"{tmp_path}/resumed")
+    for x, y in zip(jax_leaves(a), jax_leaves(b), strict=True):
+        np.testing.assert_array_equal(x, y)
+    summary = json.load(open(f"{tmp_path}/full/summary.json"))
+    for key in ("num_params_paper", "num_params", "dev_accuracy", "test_accuracy", "device",
+                "wall_seconds"):
+        assert key in summary
+    assert summary["num_params_paper"] == 2 * 4 * 3 * (6 + 3) * 1 + 2 * 4 * 3 * (12 + 3) \
+        + 2 * 4 * 4 * (18 + 4)
+    assert "best_test_accuracy" not in summary and summary["selection"].startswith("test acc")
+    assert len(open(f"{tmp_path}/full/metrics.jsonl").readlines()) == 3
+    assert os.path.exists(f"{tmp_path}/full/curves.png")
+    # another config on that workdir: refused, checkpoint kept
+    r = _classify(*base, f"--workdir={tmp_path}/full", "--th=5", check=False)
+    assert r.returncode == 2 and "another config" in r.stderr and "Traceback" not in r.stderr
+    assert _params(f"{tmp_path}/full") is not None
+    # NaN loss: one line, nothing written over
+    r = _classify(*base, f"--workdir={tmp_path}/nan", "--learning_rate=nan", check=False)
+    assert r.returncode == 2 and "training loss is nan" in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1
+    # the paper's protocol only when asked, labelled
+    s = json.load(open(f"{tmp_path}/resumed/summary.json"))
+    assert "Ding et al.'s protocol" in s["selection"] and "best_test_accuracy" in s
+
+
+def jax_leaves(tree):
+    import jax
+
+    return jax.tree.leaves(tree)
+
+
+@pytest.mark.slow
+@needs_data
+def test_cv_binary_two_folds(tmp_path):
+    shutil.copytree(os.path.join(DATA, "mr"), tmp_path / "mr")
+    _classify(f"--data_dir={tmp_path}", "--dataset=mr", f"--workdir={tmp_path}/w", *SMALL,
+              "--batch_size=200", "--max_epochs=1", "--folds=0,1")
+    s = json.load(open(f"{tmp_path}/w/summary.json"))
+    assert len(s["fold_test_accuracies"]) == 2 and "test_accuracy_std" in s
