@@ -80,6 +80,23 @@ TABLE_ROWS = (
     (5, 10, 20, 100, "1.44M", 51.0, 88.5),
 )
 
+# Table 1 accuracies (%): DC-Bi-LSTM, and the Bi-LSTM of Tai et al. (2015) it is compared with.
+TABLE1 = {
+    "dc_bilstm": {"mr": 82.8, "sst1": 51.9, "sst2": 89.7, "subj": 94.5, "trec": 95.6},
+    "bilstm": {"mr": 81.8, "sst1": 49.1, "sst2": 87.5, "subj": 93.0, "trec": 93.6},
+}
+
+
+def paper_accuracy(name: str, dataset: str) -> float | None:
+    """The paper's accuracy (%) for a named config on a dataset (Table 1, else Tables 3-5)."""
+    if dataset in TABLE1.get(name, {}):
+        return TABLE1[name][dataset]
+    for t, dl, dh, _, _, s1, s2 in TABLE_ROWS:
+        if name == f"dc_bilstm_t{t}_dl{dl}_dh{dh}" and dataset in ("sst1", "sst2"):
+            return s1 if dataset == "sst1" else s2
+    return None
+
+
 CONFIGS: dict[str, ClassifierConfig] = {
     "dc_bilstm": _config(
         "dc_bilstm", 15, 13, 100,

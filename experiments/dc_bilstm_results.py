@@ -1,0 +1,56 @@
+r"""Tabulates DC-Bi-LSTM runs (``summary.json`` of ``experiments.classify``) as Markdown rows
+for experiments/results/dc_bilstm.md: runs of one config on one dataset (seeds, or the CV
+folds of MR/Subj run as separate ``--folds=K`` runs) are pooled into mean and std.
+
+    python -m experiments.dc_bilstm_results workdirs/*/summary.json
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import sys
+
+import numpy as np
+
+from dense_rnn.configs.dc_bilstm import paper_accuracy
+
+HEADER = ("| config | data | params (paper conv., m=50) | params (ours, no emb.) | runs | "
+          "test % mean ± std | dev % mean | paper % | epochs (best/ran) | wall min/run | "
+          "device |\n|---|---|---|---|---|---|---|---|---|---|---|")
+
+
+def rows(summaries: list[dict]) -> list[str]:
+    groups = collections.defaultdict(list)
+    for s in summaries:
+        groups[(s["config"]["name"], s["dataset"], s["selection"])].append(s)
+    out = []
+    for (name, dataset, selection), runs in sorted(groups.items()):
+        tests = [t for s in runs for t in s.get("fold_test_accuracies", [s["test_accuracy"]])]
+        labels = sorted({f"fold {f}" for s in runs for f in s.get("folds", {})}
+                        or {f"seed {s['config']['seed']}" for s in runs})
+        epochs = [(r["best_dev_epoch"], r["epochs"]) for s in runs
+                  for r in s.get("folds", {"": s}).values()]
+        paper = paper_accuracy(name, dataset)
+        flag = "" if selection.startswith("test accuracy at") else " (paper protocol)"
+        out.append(
+            f"| {name}{flag} | {dataset} | {runs[0]['num_params_paper']:,} | "
+            f"{runs[0]['num_params']:,} | {len(tests)} ({', '.join(labels)}) | "
+            f"{100 * np.mean(tests):.1f} ± {100 * np.std(tests):.1f} | "
+            f"{100 * np.mean([s['dev_accuracy'] for s in runs]):.1f} | "
+            f"{paper if paper is not None else '-'} | "
+            f"{', '.join(f'{b}/{e}' for b, e in epochs)} | "
+            f"{np.mean([s['wall_seconds'] for s in runs]) / 60:.1f} | {runs[0]['device']} |")
+    return out
+
+
+def main(paths: list[str]) -> None:
+    summaries = []
+    for path in paths:
+        with open(path) as f:
+            summaries.append(json.load(f))
+    print("\n".join([HEADER, *rows(summaries)]))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
