@@ -2,13 +2,16 @@ r"""Tabulates DC-Bi-LSTM runs (``summary.json`` of ``experiments.classify``) as 
 for experiments/results/dc_bilstm.md: runs of one config on one dataset (seeds, or the CV
 folds of MR/Subj run as separate ``--folds=K`` runs) are pooled into mean and std.
 
-    python -m experiments.dc_bilstm_results workdirs/*/summary.json
+    python -m experiments.dc_bilstm_results workdirs/*/summary.json [--plot=OUT.png]
+
+``--plot`` also draws every run's dev and test accuracy per epoch (from ``metrics.jsonl``).
 """
 
 from __future__ import annotations
 
 import collections
 import json
+import os
 import sys
 
 import numpy as np
@@ -44,12 +47,49 @@ def rows(summaries: list[dict]) -> list[str]:
     return out
 
 
-def main(paths: list[str]) -> None:
+def plot(paths: list[str], out: str) -> None:
+    """One panel per run: dev and test accuracy per epoch."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = []
+    for path in paths:
+        with open(path) as f:
+            s = json.load(f)
+        root = os.path.dirname(path)
+        subs = [os.path.join(root, f"fold_{k}") for k in s.get("folds", {})] or [root]
+        for sub in subs:
+            with open(os.path.join(sub, "metrics.jsonl")) as f:
+                runs.append((f"{s['config']['name']} {s['dataset']} {os.path.basename(sub)}",
+                             [json.loads(line) for line in f if line.strip()]))
+    cols = 3
+    fig, axes = plt.subplots(-(-len(runs) // cols), cols, figsize=(4 * cols, 2.8 * (
+        -(-len(runs) // cols))), squeeze=False)
+    for ax, (title, recs) in zip(axes.flat, runs, strict=False):
+        for key in ("train_accuracy", "dev_accuracy", "test_accuracy"):
+            ax.plot([r["epoch"] for r in recs], [r[key] for r in recs], marker="o", ms=2,
+                    label=key.split("_")[0])
+        ax.set_title(title, fontsize=8)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(runs):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
+
+
+def main(args: list[str]) -> None:
+    paths = [a for a in args if not a.startswith("--plot=")]
     summaries = []
     for path in paths:
         with open(path) as f:
             summaries.append(json.load(f))
     print("\n".join([HEADER, *rows(summaries)]))
+    for a in args:
+        if a.startswith("--plot="):
+            plot(paths, a.removeprefix("--plot="))
 
 
 if __name__ == "__main__":
