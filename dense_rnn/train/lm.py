@@ -31,6 +31,7 @@ from dense_rnn.train import checkpoint, metrics
 
 # Fields that may change when a run is resumed; every other field must match.
 RESUMABLE_FIELDS = ("max_epochs", "max_steps", "early_stopping_patience", "log_every_steps",
+                    "learning_rate", "max_grad_norm",
                     "checkpoint_every_steps", "eval_batch_size", "scan_unroll")
 
 

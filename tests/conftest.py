@@ -1,0 +1,24 @@
+"""Shared test settings: the data directory and float64 NumPy references."""
+
+import os
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA_DIR = os.environ.get("DENSE_RNN_DATA_DIR", os.path.join(REPO, "..", "shared", "data"))
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> str:
+    if not os.path.isdir(DATA_DIR):
+        pytest.skip(f"no data at {DATA_DIR}; set DENSE_RNN_DATA_DIR")
+    return DATA_DIR
+
+
+@pytest.fixture
+def x64():
+    """Float64 JAX inside one test, for comparisons with float64 NumPy references."""
+    import jax
+
+    with jax.enable_x64(True):
+        yield

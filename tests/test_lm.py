@@ -1,0 +1,94 @@
+"""Language models: Godin eq. 10-11 against a float64 NumPy reference, wiring, dropout."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dense_rnn.models import LanguageModel
+from tests.test_cells import np_lstm
+
+
+def np_lm(params, tokens, connectivity):
+    """Embedding, LSTM layers (dense: layer l reads [h_{l-1}; ...; h_1; e]), softmax."""
+    p = jax.tree.map(np.asarray, params)
+    e = p["embed"]["embedding"][tokens]  # (B, T, E)
+    feats = [e]
+    layers = sorted(k for k in p["rnn"] if k.startswith("layer_"))
+    for name in layers:
+        lp = p["rnn"][name]
+        inp = np.concatenate(feats[::-1], -1) if connectivity == "dense" else feats[-1]
+        n = lp["w_hh"].shape[0]
+        b, t, _ = inp.shape
+        c = h = np.zeros((b, n))
+        hs = []
+        for s in range(t):
+            c, h = np_lstm(lp, c, h, inp[:, s])
+            hs.append(h)
+        feats.append(np.stack(hs, 1))
+    top = np.concatenate(feats[::-1], -1) if connectivity == "dense" else feats[-1]
+    return top @ p["softmax"]["kernel"] + p["softmax"]["bias"]
+
+
+@pytest.mark.parametrize("connectivity", ["dense", "stacked"])
+def test_lm_matches_numpy(x64, connectivity):
+    model = LanguageModel(vocab_size=13, embed_size=5, hidden_size=4, num_layers=3,
+                          connectivity=connectivity, init_scale=0.5)
+    tokens = jnp.asarray(np.random.default_rng(0).integers(0, 13, (2, 6)))
+    params = model.init(jax.random.key(0), tokens)["params"]
+    params = jax.tree.map(lambda x: x.astype(jnp.float64), params)
+    logits, _ = model.apply({"params": params}, tokens)
+    np.testing.assert_allclose(logits, np_lm(params, np.asarray(tokens), connectivity),
+                               rtol=1e-10, atol=1e-12)
+
+
+def test_dense_wiring_shapes():
+    """Layer l's input is e plus every lower layer; the softmax reads all of them."""
+    model = LanguageModel(vocab_size=11, embed_size=7, hidden_size=3, num_layers=4,
+                          connectivity="dense")
+    params = model.init(jax.random.key(0), jnp.zeros((1, 2), jnp.int32))["params"]
+    for i in range(4):
+        assert params["rnn"][f"layer_{i}"]["w_ih"].shape == (7 + 3 * i, 12)
+    assert params["softmax"]["kernel"].shape == (7 + 3 * 4, 11)
+
+
+def test_init_is_uniform_in_scale():
+    model = LanguageModel(vocab_size=50, embed_size=8, hidden_size=8, num_layers=2,
+                          init_scale=0.05)
+    params = model.init(jax.random.key(0), jnp.zeros((1, 2), jnp.int32))["params"]
+    leaves = jnp.concatenate([x.ravel() for x in jax.tree.leaves(params)])
+    assert float(jnp.abs(leaves).max()) <= 0.05 and float(jnp.abs(leaves).max()) > 0.04
+
+
+@pytest.mark.parametrize("variational", [False, True])
+def test_dropout_only_in_training(variational):
+    model = LanguageModel(vocab_size=20, embed_size=8, hidden_size=8, num_layers=2,
+                          connectivity="dense", dropout_rate=0.5, variational=variational)
+    tokens = jnp.ones((3, 7), jnp.int32)
+    v = model.init(jax.random.key(0), tokens)
+    eval1, _ = model.apply(v, tokens)
+    eval2, _ = model.apply(v, tokens)
+    train1, _ = model.apply(v, tokens, deterministic=False, rngs={"dropout": jax.random.key(1)})
+    train2, _ = model.apply(v, tokens, deterministic=False, rngs={"dropout": jax.random.key(1)})
+    np.testing.assert_array_equal(eval1, eval2)
+    np.testing.assert_array_equal(train1, train2)
+    assert not np.allclose(train1, eval1)
+
+
+def test_variational_masks_are_shared_over_time():
+    """Every dropout inside the model (embedding, each layer's output) drops the same units
+    at every time step of a sequence, and different units in different sequences."""
+    model = LanguageModel(vocab_size=5, embed_size=64, hidden_size=64, num_layers=2,
+                          connectivity="dense", dropout_rate=0.5, variational=True)
+    tokens = jnp.asarray(np.random.default_rng(0).integers(0, 5, (2, 6)))
+    v = model.init(jax.random.key(0), tokens)
+    _, state = model.apply(v, tokens, deterministic=False, rngs={"dropout": jax.random.key(2)},
+                           capture_intermediates=True, mutable=["intermediates"])
+    outs = [x for path, x in jax.tree_util.tree_flatten_with_path(state["intermediates"])[0]
+            if "Dropout" in jax.tree_util.keystr(path)]
+    assert len(outs) == 3  # embedding, layer 0, layer 1
+    for out in outs:
+        zero = np.asarray(out) == 0
+        assert 0.3 < zero.mean() < 0.7
+        assert (zero == zero[:, :1]).all()
+        assert (zero[0] != zero[1]).any()

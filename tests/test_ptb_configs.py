@@ -1,0 +1,76 @@
+"""Every PTB config: parameter count pinned to the hand count, values pinned to the papers.
+
+Hand counts (V = 10,000; LSTM layer with input d, hidden n: 4n(d+n) weights + 4n biases;
+softmax: s*V + V; embedding: V*e):
+
+zaremba_small / godin_stacked_200x2: 2,000,000 + 2*320,800 + 2,010,000         = 4,651,600
+godin_stacked_200x3:                 4,651,600 + 320,800                       = 4,972,400
+godin_stacked_350x2: 3,500,000 + 2*(980,000+1,400) + 3,510,000                 = 8,972,800
+zaremba_medium:      6,500,000 + 2*(3,380,000+2,600) + 6,510,000               = 19,775,200
+zaremba_large:       15,000,000 + 2*(18,000,000+6,000) + 15,010,000            = 66,022,000
+godin_dense_200x2:   2,000,000 + 320,800 + 480,800 + 6,010,000                 = 8,811,600
+godin_dense_200x3:   8,811,600 + 640,800 + 2,000,000                           = 11,452,400
+godin_dense_200x4:   11,452,400 + 800,800 + 2,000,000                          = 14,253,200
+godin_dense_200x5:   14,253,200 + 960,800 + 2,000,000                          = 17,214,000
+godin_dense_650x2:   2,000,000 + 2,212,600 + 3,902,600 + 15,010,000            = 23,125,200
+"""
+
+import pytest
+
+from dense_rnn.configs.ptb import CONFIGS
+from dense_rnn.train.lm import num_params
+
+HAND_COUNTS = {
+    "zaremba_small": (4_651_600, "5M"),
+    "zaremba_medium": (19_775_200, "20M"),
+    "zaremba_large": (66_022_000, "66M"),
+    "godin_stacked_200x2": (4_651_600, "5M"),
+    "godin_stacked_200x3": (4_972_400, "5M"),
+    "godin_stacked_350x2": (8_972_800, "9M"),
+    "godin_dense_200x2": (8_811_600, "9M"),
+    "godin_dense_200x3": (11_452_400, "11M"),
+    "godin_dense_200x4": (14_253_200, "14M"),
+    "godin_dense_200x5": (17_214_000, "17M"),
+    "godin_dense_650x2": (23_125_200, "23M"),
+    "godin_dense_650x2_vd": (23_125_200, "23M"),
+}
+
+
+def test_every_paper_row_has_a_config():
+    assert set(HAND_COUNTS) | {"tiny"} == set(CONFIGS)
+
+
+@pytest.mark.parametrize("name", sorted(HAND_COUNTS))
+def test_param_count(name):
+    count, table = HAND_COUNTS[name]
+    assert num_params(CONFIGS[name]) == count
+    assert f"{round(count / 1e6)}M" == table == CONFIGS[name].paper_params
+
+
+# name: hidden, layers, embed, connectivity, dropout, variational, init, num_steps,
+#       decay, decay_after, clip, epochs
+PINNED = {
+    "zaremba_small": (200, 2, 200, "stacked", 0.0, False, 0.1, 20, 0.5, 4, 5.0, 13),
+    "zaremba_medium": (650, 2, 650, "stacked", 0.5, False, 0.05, 35, 1 / 1.2, 6, 5.0, 39),
+    "zaremba_large": (1500, 2, 1500, "stacked", 0.65, False, 0.04, 35, 1 / 1.15, 14, 10.0, 55),
+    "godin_stacked_200x2": (200, 2, 200, "stacked", 0.6, False, 0.05, 35, 0.95, 6, 3.0, 100),
+    "godin_stacked_200x3": (200, 3, 200, "stacked", 0.6, False, 0.05, 35, 0.95, 6, 3.0, 100),
+    "godin_stacked_350x2": (350, 2, 350, "stacked", 0.6, False, 0.05, 35, 0.95, 6, 3.0, 100),
+    "godin_dense_200x2": (200, 2, 200, "dense", 0.6, False, 0.05, 35, 0.95, 6, 3.0, 100),
+    "godin_dense_200x3": (200, 3, 200, "dense", 0.6, False, 0.05, 35, 0.95, 6, 3.0, 100),
+    "godin_dense_200x4": (200, 4, 200, "dense", 0.6, False, 0.05, 35, 0.95, 6, 3.0, 100),
+    "godin_dense_200x5": (200, 5, 200, "dense", 0.6, False, 0.05, 35, 0.95, 6, 3.0, 100),
+    "godin_dense_650x2": (650, 2, 200, "dense", 0.75, False, 0.05, 35, 0.95, 6, 3.0, 100),
+    "godin_dense_650x2_vd": (650, 2, 200, "dense", 0.5, True, 0.05, 35, 0.95, 6, 3.0, 100),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PINNED))
+def test_config_values(name):
+    c = CONFIGS[name]
+    got = (c.hidden_size, c.num_layers, c.embed_size, c.connectivity, c.dropout_rate,
+           c.variational, c.init_scale, c.num_steps, c.lr_decay, c.decay_after_epochs,
+           c.max_grad_norm, c.max_epochs)
+    assert got == PINNED[name]
+    assert (c.batch_size, c.learning_rate, c.vocab_size) == (20, 1.0, 10_000)
+    assert c.early_stopping_patience == (0 if name.startswith("zaremba") else 10)

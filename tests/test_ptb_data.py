@@ -1,0 +1,62 @@
+"""PTB loading through datasets, the stream layout and truncated-BPTT windows."""
+
+import numpy as np
+import pytest
+
+from dense_rnn.data import ptb
+from dense_rnn.errors import UserError
+
+
+def test_real_ptb(data_dir):
+    corpus = ptb.load_ptb(f"{data_dir}/ptb")
+    assert len(corpus.vocab) == 10_000
+    assert (len(corpus.train), len(corpus.valid), len(corpus.test)) == (929_589, 73_760, 82_430)
+    assert corpus.vocab[corpus.train[-1]] == ptb.EOS
+
+
+def test_windows_shift_targets_by_one():
+    ids = np.arange(103, dtype=np.int32)
+    streams = ptb.batchify(ids, 4)  # 4 streams of 25
+    assert streams.shape == (4, 25)
+    np.testing.assert_array_equal(streams[1], np.arange(25, 50))
+    assert ptb.num_windows(streams, 5, drop_remainder=True) == 4  # (25 - 1) // 5
+    assert ptb.num_windows(streams, 5, drop_remainder=False) == 5
+    x, y = ptb.window(streams, 4, 5)
+    assert x.shape == (4, 4)
+    np.testing.assert_array_equal(y, x + 1)
+    covered = np.concatenate([ptb.window(streams, i, 5)[1] for i in range(5)], axis=1)
+    np.testing.assert_array_equal(covered, streams[:, 1:])
+
+
+def test_vocab_order_and_unk():
+    vocab = ptb.build_vocab(["b a a", "c a"])
+    assert vocab == ["a", ptb.EOS, "b", "c"]
+    with pytest.raises(UserError, match="not in the training vocabulary"):
+        ptb.encode(["zzz"], {w: i for i, w in enumerate(vocab)})
+
+
+def write_ptb(tmp_path, **contents):
+    for split in ptb.SPLITS:
+        data = contents.get(split, " a b c <unk>\n b c a\n")
+        mode = "wb" if isinstance(data, bytes) else "w"
+        with open(tmp_path / f"ptb.{split}.txt", mode) as f:
+            f.write(data)
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize("contents, message", [
+    ({"valid": ""}, "is empty"),
+    ({"test": b"\x00\x01\xff\xfe binary"}, "not UTF-8 text"),
+])
+def test_bad_files(tmp_path, contents, message):
+    with pytest.raises(UserError, match=message):
+        ptb.load_ptb(write_ptb(tmp_path, **contents))
+
+
+def test_missing(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        ptb.load_ptb(str(tmp_path / "nope"))
+    d = write_ptb(tmp_path)
+    (tmp_path / "ptb.test.txt").unlink()
+    with pytest.raises(UserError, match="missing PTB file"):
+        ptb.load_ptb(d)

@@ -1,0 +1,186 @@
+"""The ptb_lm binary end to end: outputs, exact resume after a kill, bad input."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from dense_rnn.configs.ptb import CONFIGS
+from dense_rnn.train import lm
+from tests.conftest import REPO
+
+TINY = dict(vocab_size=60, max_epochs=2, log_every_steps=50, checkpoint_every_steps=40)
+
+
+@pytest.fixture(scope="module")
+def corpus_dir(tmp_path_factory):
+    """A synthetic PTB-format corpus of 50 word types."""
+    d = tmp_path_factory.mktemp("ptb")
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(49)] + ["<unk>"]
+    for split, n in [("train", 300), ("valid", 60), ("test", 60)]:
+        lines = [" " + " ".join(rng.choice(words, rng.integers(3, 12))) + " " for _ in range(n)]
+        (d / f"ptb.{split}.txt").write_text("\n".join(lines) + "\n")
+    return str(d)
+
+
+def run_binary(*args, timeout=300):
+    return subprocess.run(
+        [sys.executable, "-m", "experiments.ptb_lm", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def latest_params(workdir):
+    mngr = ocp.CheckpointManager(os.path.join(workdir, "checkpoints"))
+    step = mngr.latest_step()
+    out = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))
+    return step, jax.tree.map(np.asarray, out.state["params"])
+
+
+def assert_bitwise_equal(a, b):
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+def tiny(**kw):
+    import dataclasses
+
+    return dataclasses.replace(CONFIGS["tiny"], **{**TINY, **kw})
+
+
+def test_train_outputs_and_exact_resume(corpus_dir, tmp_path):
+    full = lm.train_and_evaluate(
+        tiny(max_steps=130, max_epochs=3), corpus_dir, str(tmp_path / "full"), log=lambda s: None
+    )
+    lm.train_and_evaluate(
+        tiny(max_steps=70, max_epochs=3), corpus_dir, str(tmp_path / "split"), log=lambda s: None
+    )
+    resumed = lm.train_and_evaluate(
+        tiny(max_steps=130, max_epochs=3), corpus_dir, str(tmp_path / "split"), log=lambda s: None
+    )
+    step_a, a = latest_params(tmp_path / "full")
+    step_b, b = latest_params(tmp_path / "split")
+    assert step_a == step_b == 130
+    assert_bitwise_equal(a, b)
+    assert resumed["steps"] == full["steps"] == 130
+    for key in [
+        "num_params",
+        "best_valid_ppl",
+        "test_ppl",
+        "epochs_completed",
+        "steps",
+        "train_tokens_per_second",
+        "wall_seconds",
+        "device",
+        "versions",
+    ]:
+        assert key in full
+    assert np.isfinite(full["test_ppl"]) and full["test_ppl"] < 60
+    for f in ["summary.json", "metrics.jsonl", "curves.png", "tensorboard"]:
+        assert os.path.exists(tmp_path / "full" / f)
+    records = [json.loads(x) for x in open(tmp_path / "full" / "metrics.jsonl")]
+    assert records[0]["epoch"] == 1 and [r["step"] for r in records][-1] == 130
+
+
+def test_killed_run_resumes_exactly(corpus_dir, tmp_path):
+    """SIGKILL in the middle of training, rerun: same parameters as an uninterrupted run."""
+    args = [
+        f"--data_dir={corpus_dir}",
+        "--config=tiny",
+        "--vocab_size=60",
+        "--max_epochs=1",
+        "--checkpoint_every_steps=20",
+        "--log_every_steps=1000",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "experiments.ptb_lm", f"--workdir={tmp_path / 'killed'}", *args],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    ckpts = tmp_path / "killed" / "checkpoints"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (
+        ckpts.exists() and any(p.name.isdigit() and int(p.name) >= 40 for p in ckpts.iterdir())
+    ):
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL, "the run ended before it could be killed"
+    done = run_binary(f"--workdir={tmp_path / 'killed'}", *args)
+    assert done.returncode == 0, done.stderr
+    assert "resumed from" in done.stdout
+    lm.train_and_evaluate(
+        tiny(max_epochs=1, checkpoint_every_steps=20, log_every_steps=1000),
+        corpus_dir,
+        str(tmp_path / "clean"),
+        log=lambda s: None,
+    )
+    step_a, a = latest_params(tmp_path / "killed")
+    step_b, b = latest_params(tmp_path / "clean")
+    assert step_a == step_b > 40
+    assert_bitwise_equal(a, b)
+
+
+def one_line_error(result, match):
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and match in lines[0], result.stderr
+
+
+def test_dry_run_reads_no_data():
+    r = run_binary("--config=godin_dense_200x4", "--data_dir=/nonexistent", "--dry_run")
+    assert r.returncode == 0
+    assert "num_params=14253200" in r.stdout.splitlines()
+    assert "connectivity=dense" in r.stdout.splitlines()
+
+
+def test_bad_inputs(corpus_dir, tmp_path):
+    one_line_error(run_binary("--config=nope"), "known configs: zaremba_small")
+    one_line_error(
+        run_binary(
+            "--config=tiny", f"--data_dir={tmp_path / 'missing'}", f"--workdir={tmp_path / 'w0'}"
+        ),
+        "does not exist",
+    )
+    one_line_error(
+        run_binary(
+            "--config=tiny",
+            f"--data_dir={corpus_dir}",
+            "--vocab_size=20",
+            f"--workdir={tmp_path / 'w1'}",
+        ),
+        "pass --vocab_size=51",
+    )
+
+
+def test_other_config_and_nan_keep_the_checkpoint(corpus_dir, tmp_path):
+    workdir = str(tmp_path / "w")
+    lm.train_and_evaluate(tiny(max_steps=40), corpus_dir, workdir, log=lambda s: None)
+    step, before = latest_params(workdir)
+    common = [f"--data_dir={corpus_dir}", f"--workdir={workdir}", "--vocab_size=60"]
+    one_line_error(run_binary("--config=godin_dense_200x2", *common), "another config")
+    one_line_error(
+        run_binary(
+            "--config=tiny",
+            *common,
+            "--max_steps=80",
+            "--max_epochs=2",
+            "--learning_rate=1e30",
+            "--max_grad_norm=1e30",
+        ),
+        "loss is nan",
+    )
+    step_after, after = latest_params(workdir)
+    assert step_after == step
+    assert_bitwise_equal(before, after)
