@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 
-from absl import app, flags, logging
+from absl import flags
 
+from dense_rnn.cli import run_binary
 from dense_rnn.configs.classifier import ClassifierConfig
 from dense_rnn.configs.flags import apply_overrides, define_override_flags
 from dense_rnn.errors import UserError
@@ -112,19 +112,5 @@ def run() -> None:
         classify.run(config, workdir=workdir, **kwargs)
 
 
-def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    logging.set_verbosity(logging.ERROR)
-    try:
-        run()
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-
-
 if __name__ == "__main__":
-    from dense_rnn.platform import reexec_with_fast_malloc
-
-    reexec_with_fast_malloc()
-    app.run(main)
+    run_binary(run)

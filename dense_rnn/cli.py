@@ -1,0 +1,29 @@
+"""The shared entry point of the experiment binaries."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+from absl import app, logging
+
+from dense_rnn.errors import UserError
+from dense_rnn.platform import reexec_with_fast_malloc
+
+
+def run_binary(run: Callable[[], None]) -> None:
+    """Runs ``run`` as an absl program: fast malloc, parsed flags, and bad input reported
+    as one ``error: ...`` line on stderr with exit status 2."""
+    reexec_with_fast_malloc()
+
+    def main(argv: list[str]) -> None:
+        if len(argv) > 1:
+            raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+        logging.set_verbosity(logging.ERROR)
+        try:
+            run()
+        except UserError as e:
+            print(f"error: {e}", file=sys.stderr)
+            sys.exit(2)
+
+    app.run(main)
