@@ -3,9 +3,12 @@
 import gzip
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -258,6 +261,57 @@ def test_train_resume_bitwise_and_bad_inputs(tmp_path):
     # the paper's protocol only when asked, labelled
     s = json.load(open(f"{tmp_path}/resumed/summary.json"))
     assert "Ding et al.'s protocol" in s["selection"] and "best_test_accuracy" in s
+
+
+def _synthetic_trec(root, n_train: int = 400, n_test: int = 60) -> None:
+    """Random TREC-format sentences of 4-12 words: one padded length, so few compiles."""
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(30)]
+    classes = ["DESC:def", "HUM:ind", "LOC:city", "NUM:date", "ENTY:animal", "ABBR:exp"]
+    for name, n in (("train_5500.label", n_train), ("TREC_10.label", n_test)):
+        lines = [f"{classes[rng.integers(6)]} {' '.join(rng.choice(words, rng.integers(4, 13)))}"
+                 for _ in range(n)]
+        _write(f"{root}/trec/{name}", "\n".join(lines).encode("latin-1"))
+
+
+def test_killed_run_resumes_exactly(tmp_path):
+    """SIGKILL the binary just after a mid-epoch checkpoint, rerun it: the same parameters,
+    metrics and accuracies, bit for bit, as an uninterrupted run (random embeddings)."""
+    _synthetic_trec(tmp_path)
+    args = [f"--data_dir={tmp_path}", "--dataset=trec", "--config=dc_bilstm", "--dl=1",
+            "--dh=4", "--th=4", "--embed_size=8", "--batch_size=8", "--max_epochs=2",
+            "--checkpoint_every_steps=10"]  # 360 train sentences: 45 steps/epoch
+    env = {**os.environ, "PYTHONPATH": REPO, "JAX_PLATFORMS": "cpu"}
+    cmd = [sys.executable, "-m", "experiments.classify", *args]
+    with open(tmp_path / "clean.err", "w") as err:  # the uninterrupted run, alongside
+        clean = subprocess.Popen([*cmd, f"--workdir={tmp_path}/clean"], cwd=REPO, env=env,
+                                 stdout=subprocess.DEVNULL, stderr=err)
+    killed = subprocess.Popen([*cmd, f"--workdir={tmp_path}/killed"], cwd=REPO, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ckpts = tmp_path / "killed" / "checkpoints"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (
+            ckpts.exists() and any(p.name.isdigit() for p in ckpts.iterdir())):
+        time.sleep(0.005)
+    killed.send_signal(signal.SIGKILL)
+    assert killed.wait() == -signal.SIGKILL, "the run ended before it could be killed"
+    out = _classify(*args, f"--workdir={tmp_path}/killed").stdout
+    resumed = re.search(r"resumed from .*/checkpoints/(\d+): epoch 0, step (\d+) of", out)
+    assert resumed and int(resumed[1]) == int(resumed[2]) > 0, out  # mid-epoch 1
+    assert clean.wait(timeout=120) == 0, (tmp_path / "clean.err").read_text()
+    for workdir in ("clean", "killed"):
+        assert max(int(s) for s in os.listdir(tmp_path / workdir / "checkpoints")
+                   if s.isdigit()) == 90
+    a, b = _params(f"{tmp_path}/clean"), _params(f"{tmp_path}/killed")
+    for x, y in zip(jax_leaves(a), jax_leaves(b), strict=True):
+        np.testing.assert_array_equal(x, y)
+
+    def records(workdir):
+        return [{k: v for k, v in json.loads(line).items() if k != "epoch_seconds"}
+                for line in open(f"{workdir}/metrics.jsonl")]
+
+    assert records(f"{tmp_path}/clean") == records(f"{tmp_path}/killed")
+    assert len(records(f"{tmp_path}/clean")) == 2
 
 
 def jax_leaves(tree):

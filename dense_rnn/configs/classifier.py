@@ -32,6 +32,7 @@ class ClassifierConfig:
     l2: float = 0.0  # L2 weight on the softmax weights
     early_stopping_patience: int = 5  # epochs without dev improvement; 0: off
     seed: int = 0
+    checkpoint_every_steps: int = 0  # also checkpoint mid-epoch every N steps; 0: off
     paper: str = ""  # the paper row this config reproduces, with its reported numbers
 
     def to_dict(self) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 Adam (lr 0.005), batches of 200 bucketed by length, cross-entropy plus
 ``l2 * ||W_softmax||^2`` (the ``softmax`` submodule's kernel), dropout keys
 ``fold_in(key(seed), global_step)`` and epoch shuffles seeded by ``(seed, epoch)``, so a
-run resumed from its last epoch checkpoint continues bit for bit.
+run resumed from its last checkpoint (written after every epoch and, with
+``checkpoint_every_steps``, every that many steps within one) continues bit for bit.
 
 Model selection: the test accuracy reported is that of the epoch with the best dev
 accuracy. ``select="test"`` reports instead the best test accuracy seen during training
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import itertools
 import math
 import os
 import sys
@@ -40,7 +42,7 @@ from dense_rnn.train import checkpoint, metrics
 
 FAMILY_MODULES = ("dense_rnn.configs.dc_bilstm", "dense_rnn.configs.hm_densernn")
 # Fields that may change when a run is resumed; every other field must match.
-RESUMABLE_FIELDS = ("max_epochs", "early_stopping_patience")
+RESUMABLE_FIELDS = ("max_epochs", "early_stopping_patience", "checkpoint_every_steps")
 SELECTIONS = {
     "dev": "test accuracy at the epoch with the best dev accuracy",
     "test": "best test accuracy seen during training (Ding et al.'s protocol; optimistic)",
@@ -186,6 +188,9 @@ class Progress:
     """Where a run stands; saved with every checkpoint."""
 
     epoch: int = 0  # epochs completed
+    step_in_epoch: int = 0  # steps done of the next epoch
+    epoch_ce_sum: float = 0.0  # its training sums so far (float32 values, exact as floats)
+    epoch_correct: float = 0.0
     global_step: int = 0
     best_dev: float = -1.0
     best_dev_epoch: int = 0
@@ -215,8 +220,8 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
     if restored is not None:
         state, meta = restored
         progress = Progress(**meta["progress"])
-        log(f"resumed from {workdir}/checkpoints/{progress.global_step} after epoch "
-            f"{progress.epoch}")
+        log(f"resumed from {workdir}/checkpoints/{progress.global_step}: epoch "
+            f"{progress.epoch}, step {progress.step_in_epoch} of the next")
     n_total = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state["params"]))
     n_embed = int(np.prod(state["params"]["embed"]["embedding"].shape))
     train_step, eval_step = make_steps(model, tx, c)
@@ -227,28 +232,49 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
     log(f"{title}: {n_total - n_embed:,} parameters + {n_embed:,} embedding, "
         f"{steps_per_epoch} steps/epoch, device {metrics.device_description()}")
 
+    n_train = len(data.ids["train"])
+
+    def save() -> None:
+        progress.wall_seconds = wall_before + time.time() - wall_start
+        jax.block_until_ready(state)
+        ckpt.save(progress.global_step, state,
+                  {"progress": dataclasses.asdict(progress), "config": c.to_dict()})
+
+    def check_finite(ce_sum: float) -> None:
+        if not math.isfinite(ce_sum):
+            raise UserError(
+                f"training loss is {ce_sum / n_train} in epoch {progress.epoch + 1}; the last "
+                f"good checkpoint in {workdir}/checkpoints is kept: lower --learning_rate or "
+                "set --max_grad_norm, and resume")
+
     while not progress.done and progress.epoch < c.max_epochs:
         rng = np.random.default_rng([c.seed, progress.epoch])
-        ce_sum, correct, t0 = jnp.zeros(()), jnp.zeros(()), time.time()
-        for i, batch in enumerate(tc.batches(data.ids["train"], data.labels["train"],
-                                             c.batch_size, rng)):
+        ce_sum = jnp.asarray(progress.epoch_ce_sum, jnp.float32)
+        correct = jnp.asarray(progress.epoch_correct, jnp.float32)
+        t0 = time.time()
+        todo = itertools.islice(tc.batches(data.ids["train"], data.labels["train"],
+                                           c.batch_size, rng), progress.step_in_epoch, None)
+        for batch in todo:
             state["params"], state["opt_state"], ce, ok = train_step(
                 state["params"], state["opt_state"], batch, progress.global_step)
             ce_sum, correct = ce_sum + ce, correct + ok
             progress.global_step += 1
-            if live and ((i + 1) % 10 == 0 or i + 1 == steps_per_epoch):
+            progress.step_in_epoch += 1
+            i = progress.step_in_epoch
+            if live and (i % 10 == 0 or i == steps_per_epoch):
                 print(f"\r{title} epoch {progress.epoch + 1}/{c.max_epochs} step "
-                      f"{i + 1}/{steps_per_epoch} {time.time() - t0:.0f}s", end="", flush=True)
+                      f"{i}/{steps_per_epoch} {time.time() - t0:.0f}s", end="", flush=True)
+            if (c.checkpoint_every_steps and i < steps_per_epoch
+                    and progress.global_step % c.checkpoint_every_steps == 0):
+                progress.epoch_ce_sum, progress.epoch_correct = float(ce_sum), float(correct)
+                check_finite(progress.epoch_ce_sum)
+                save()
         if live:
             print("\r", end="")
-        n_train = len(data.ids["train"])
+        check_finite(float(ce_sum))
         loss = float(ce_sum) / n_train
-        if not math.isfinite(loss):
-            raise UserError(
-                f"training loss is {loss} in epoch {progress.epoch + 1}; the last good "
-                f"checkpoint in {workdir}/checkpoints is kept: lower --learning_rate or set "
-                "--max_grad_norm, and resume")
         progress.epoch += 1
+        progress.step_in_epoch, progress.epoch_ce_sum, progress.epoch_correct = 0, 0.0, 0.0
         dev = accuracy(eval_step, state["params"], data.ids["dev"], data.labels["dev"],
                        c.batch_size)
         test = accuracy(eval_step, state["params"], data.ids["test"], data.labels["test"],
@@ -269,10 +295,7 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
         log(f"{title} epoch {progress.epoch}: loss {loss:.4f} train acc "
             f"{float(correct) / n_train:.4f} dev acc {dev:.4f} test acc {test:.4f} "
             f"({time.time() - t0:.0f}s)" + (" early stop" if progress.done else ""))
-        progress.wall_seconds = wall_before + time.time() - wall_start
-        jax.block_until_ready(state)
-        ckpt.save(progress.global_step, state,
-                  {"progress": dataclasses.asdict(progress), "config": c.to_dict()})
+        save()
     ckpt.wait()
     metrics.plot_curves(writer.records, ["train_accuracy", "dev_accuracy", "test_accuracy"],
                         os.path.join(workdir, "curves.png"), title)
