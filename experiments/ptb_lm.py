@@ -4,6 +4,12 @@ r"""Trains and evaluates a PTB language model (Zaremba et al. 2014; Godin et al.
 
 Every config field can be overridden by a flag of the same name (``--max_epochs=2``).
 Starting on a workdir that holds a checkpoint resumes the run exactly.
+
+The best checkpoint of a finished run samples text or scores a file (natural-log
+probabilities per sentence, then the perplexity)::
+
+    python -m experiments.ptb_lm --mode=sample --workdir=W --prompt="the company" --seed=1
+    python -m experiments.ptb_lm --mode=score --workdir=W --text_file=sentences.txt
 """
 
 from __future__ import annotations
@@ -26,6 +32,14 @@ flags.DEFINE_string("hf_dataset", None, "Hugging Face hub dataset instead of --d
                     "(e.g. ptb_text_only; needs network access).")
 flags.DEFINE_string("workdir", None, "Checkpoints, metrics and summary (default workdirs/CONFIG).")
 flags.DEFINE_bool("dry_run", False, "Print the resolved config and parameter count, then exit.")
+flags.DEFINE_bool("multihost", False, "Call jax.distributed.initialize() first: run the same "
+                  "command on every host of a TPU pod or GPU cluster (see BUILD.md).")
+flags.DEFINE_enum("mode", "train", ["train", "sample", "score"], "Train, or sample text "
+                  "from / score --text_file with the best checkpoint in --workdir.")
+flags.DEFINE_string("prompt", "", "sample: words to continue (after a sentence start).")
+flags.DEFINE_float("temperature", 1.0, "sample: softmax temperature; 0 is greedy.")
+flags.DEFINE_integer("num_words", 50, "sample: words to draw (--seed picks them).")
+flags.DEFINE_string("text_file", None, "score: one sentence a line, words split on spaces.")
 OVERRIDES = define_override_flags(ptb_configs.LMConfig)
 FLAGS = flags.FLAGS
 
@@ -45,8 +59,31 @@ def resolve_data_dir(data_dir: str) -> str:
     return data_dir
 
 
+def infer(workdir: str) -> None:
+    """``--mode=sample`` or ``--mode=score`` on the best checkpoint in ``workdir``."""
+    from dense_rnn.train import lm_infer
+
+    if FLAGS.mode == "score" and not FLAGS.text_file:
+        raise UserError("--mode=score needs --text_file=FILE, one sentence a line")
+    trained = lm_infer.load(workdir)
+    if FLAGS.mode == "sample":
+        words = lm_infer.sample(trained, FLAGS.prompt, FLAGS.num_words, FLAGS.temperature,
+                                FLAGS.seed or 0)
+        print(lm_infer.render(FLAGS.prompt.split() + words))
+        return
+    scores = lm_infer.score_file(trained, FLAGS.text_file)
+    for sentence, log_prob in zip(scores.sentences, scores.log_probs, strict=True):
+        print(f"{log_prob:.4f}\t{sentence}")
+    print(f"{len(scores.sentences)} sentences, {scores.num_tokens} tokens "
+          f"({scores.num_unknown} unknown -> <unk>): log-prob {scores.log_probs.sum():.4f}, "
+          f"perplexity {scores.perplexity:.2f}")
+
+
 def run() -> None:
     config = resolve_config()
+    if FLAGS.mode != "train":
+        infer(FLAGS.workdir or os.path.join("workdirs", config.name))
+        return
     from dense_rnn.train import lm  # after flag parsing: keeps --help and errors fast
 
     if FLAGS.dry_run:
@@ -54,6 +91,10 @@ def run() -> None:
             print(f"{k}={v}")
         print(f"num_params={lm.num_params(config)}")
         return
+    if FLAGS.multihost:
+        import jax
+
+        jax.distributed.initialize()
     workdir = FLAGS.workdir or os.path.join("workdirs", config.name)
     data_dir = None if FLAGS.hf_dataset else resolve_data_dir(FLAGS.data_dir)
     lm.train_and_evaluate(config, data_dir, workdir, FLAGS.hf_dataset,

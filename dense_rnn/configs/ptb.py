@@ -40,6 +40,8 @@ class LMConfig:
     early_stopping_patience: int = 0  # epochs without a better valid ppl; 0: off
     eval_batch_size: int = 10
     scan_unroll: int = 1  # lax.scan unroll factor (speed only)
+    compute_dtype: str = "float32"  # "bfloat16": mixed precision (params, optimizer, loss f32)
+    num_devices: int = 0  # data-parallel devices (batch split over them); 0: all visible
     seed: int = 0
     log_every_steps: int = 200
     checkpoint_every_steps: int = 500  # 0: only at epoch ends

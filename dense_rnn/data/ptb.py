@@ -20,6 +20,7 @@ from dense_rnn.errors import UserError
 SPLITS = ("train", "valid", "test")
 EOS = "<eos>"
 UNK = "<unk>"
+VOCAB_FILE = "vocab.txt"  # the training vocabulary, one word per line in id order
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +79,22 @@ def build_vocab(lines: list[str]) -> list[str]:
     counts = collections.Counter(w for line in lines for w in line.split())
     counts[EOS] += len(lines)
     return sorted(counts, key=lambda w: (-counts[w], w))
+
+
+def write_vocab(path: str, vocab: list[str]) -> None:
+    """Writes ``vocab`` one word per line (id order), atomically."""
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.writelines(w + "\n" for w in vocab)
+    os.replace(tmp, path)
+
+
+def read_vocab(path: str) -> list[str]:
+    if not os.path.isfile(path):
+        raise UserError(f"no vocabulary file {path}; it is written by training runs "
+                        "(experiments.ptb_lm) in their workdir")
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
 
 
 def encode(lines: list[str], word_to_id: dict[str, int]) -> np.ndarray:

@@ -22,7 +22,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.sharding import Mesh
 
+from dense_rnn import parallel, precision
 from dense_rnn.configs.ptb import LMConfig
 from dense_rnn.data import ptb
 from dense_rnn.errors import UserError
@@ -32,7 +34,8 @@ from dense_rnn.train import checkpoint, metrics
 # Fields that may change when a run is resumed; every other field must match.
 RESUMABLE_FIELDS = ("max_epochs", "max_steps", "early_stopping_patience", "log_every_steps",
                     "learning_rate", "max_grad_norm",
-                    "checkpoint_every_steps", "eval_batch_size", "scan_unroll")
+                    "checkpoint_every_steps", "eval_batch_size", "scan_unroll",
+                    "compute_dtype", "num_devices")
 
 
 def make_model(c: LMConfig) -> LanguageModel:
@@ -75,9 +78,12 @@ def sequence_nll(logits: jax.Array, targets: jax.Array) -> jax.Array:
     return optax.softmax_cross_entropy_with_integer_labels(logits, targets)
 
 
-def make_train_step(model: LanguageModel, tx: optax.GradientTransformation, seed: int):
+def make_train_step(model: LanguageModel, tx: optax.GradientTransformation, seed: int,
+                    compute_dtype: Any = jnp.float32, mesh: Mesh | None = None):
     """A jitted ``(params, opt_state, carries, x, y, step) -> (params, opt_state, carries,
-    nll_sum)``; ``nll_sum`` is the summed NLL of the window (for perplexity)."""
+    nll_sum)``; ``nll_sum`` is the summed NLL of the window (for perplexity). The forward
+    pass runs in ``compute_dtype``; with a ``mesh``, parameters and optimizer state stay
+    replicated and the carries batch-sharded."""
     base_key = jax.random.key(seed)
 
     def train_step(params, opt_state, carries, x, y, step):
@@ -85,33 +91,48 @@ def make_train_step(model: LanguageModel, tx: optax.GradientTransformation, seed
 
         def loss_fn(p):
             logits, new_carries = model.apply(
-                {"params": p}, x, carries, deterministic=False, rngs={"dropout": rng})
-            nll = sequence_nll(logits, y).sum()
-            return nll / x.shape[0], (new_carries, nll)
+                {"params": precision.cast_floating(p, compute_dtype)}, x,
+                precision.cast_floating(carries, compute_dtype), deterministic=False,
+                rngs={"dropout": rng})
+            nll = sequence_nll(logits.astype(jnp.float32), y).sum()
+            return nll / x.shape[0], (precision.cast_floating(new_carries, jnp.float32), nll)
 
         grads, (carries, nll) = jax.grad(loss_fn, has_aux=True)(params)
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, carries, nll
 
-    return jax.jit(train_step, donate_argnums=(0, 1, 2))
+    if mesh is None:
+        return jax.jit(train_step, donate_argnums=(0, 1, 2))
+    rep = parallel.replicated(mesh)
+    return jax.jit(train_step, donate_argnums=(0, 1, 2),
+                   out_shardings=(rep, rep, parallel.batch_sharded(mesh), rep))
 
 
-def make_eval_step(model: LanguageModel):
+def make_eval_step(model: LanguageModel, compute_dtype: Any = jnp.float32):
     def eval_step(params, carries, x, y):
-        logits, carries = model.apply({"params": params}, x, carries, deterministic=True)
-        return carries, sequence_nll(logits, y).sum()
+        logits, carries = model.apply({"params": precision.cast_floating(params, compute_dtype)},
+                                      x, precision.cast_floating(carries, compute_dtype),
+                                      deterministic=True)
+        nll = sequence_nll(logits.astype(jnp.float32), y).sum()
+        return precision.cast_floating(carries, jnp.float32), nll
 
     return jax.jit(eval_step)
 
 
 def evaluate(model: LanguageModel, eval_step, params, ids: np.ndarray, batch: int,
-             num_steps: int) -> float:
-    """Perplexity of ``params`` on ``ids``, state carried across windows from zero."""
+             num_steps: int, mesh: Mesh | None = None) -> float:
+    """Perplexity of ``params`` on ``ids``, state carried across windows from zero; with a
+    ``mesh``, windows are batch-sharded over it where the batch splits evenly."""
     streams = ptb.batchify(ids, batch)
-    carries = model.zero_carries(batch)
+    sharding = None if mesh is None else parallel.eval_sharding(batch, mesh)
+
+    def place(tree):
+        return tree if sharding is None else parallel.put(tree, sharding)
+
+    carries = place(model.zero_carries(batch))
     total = jnp.zeros(())
     for i in range(ptb.num_windows(streams, num_steps, drop_remainder=False)):
-        x, y = ptb.window(streams, i, num_steps)
+        x, y = place(ptb.window(streams, i, num_steps))
         carries, nll = eval_step(params, carries, x, y)
         total = total + nll
     return math.exp(float(total) / (batch * (streams.shape[1] - 1)))
@@ -159,7 +180,12 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
     if len(corpus.vocab) > c.vocab_size:
         raise UserError(f"the corpus has {len(corpus.vocab)} word types but the config's "
                         f"vocab_size is {c.vocab_size}; pass --vocab_size={len(corpus.vocab)}")
+    ptb.write_vocab(os.path.join(workdir, ptb.VOCAB_FILE), corpus.vocab)  # for lm_infer
     model = make_model(c)
+    mesh = parallel.make_mesh(c.num_devices)
+    parallel.check_batch(c.batch_size, mesh)
+    replicated, batch_sharded = parallel.replicated(mesh), parallel.batch_sharded(mesh)
+    compute_dtype = precision.compute_dtype(c.compute_dtype)
     train_streams = ptb.batchify(corpus.train, c.batch_size)
     steps_per_epoch = ptb.num_windows(train_streams, c.num_steps, drop_remainder=True)
     if steps_per_epoch < 1:
@@ -167,8 +193,9 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
                         f"num_steps {c.num_steps}")
     tx = make_optimizer(c, steps_per_epoch)
     params = init_params(c, jax.random.key(c.seed))
-    state = {"params": params, "opt_state": tx.init(params),
-             "carries": model.zero_carries(c.batch_size)}
+    state = {"params": parallel.put(params, replicated),
+             "opt_state": parallel.put(tx.init(params), replicated),
+             "carries": parallel.put(model.zero_carries(c.batch_size), batch_sharded)}
     restored = ckpt.restore(state)
     progress = Progress()
     if restored is not None:
@@ -178,10 +205,11 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
             f"{progress.epoch}, step {progress.step_in_epoch}/{steps_per_epoch} of the next")
     n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state["params"]))
     log(f"config {c.name}: {n_params:,} parameters, {steps_per_epoch} steps/epoch, "
-        f"device {metrics.device_description()}")
+        f"device {metrics.device_description()}, data parallel over {mesh.size}, "
+        f"{c.compute_dtype} compute")
     writer = metrics.MetricsWriter(workdir, progress.global_step)
-    train_step = make_train_step(model, tx, c.seed)
-    eval_step = make_eval_step(model)
+    train_step = make_train_step(model, tx, c.seed, compute_dtype, mesh)
+    eval_step = make_eval_step(model, compute_dtype)
 
     wall_before = progress.wall_seconds
 
@@ -193,7 +221,7 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
 
     def valid_and_record(nll_sum: float, tokens: int):
         ppl = evaluate(model, eval_step, state["params"], corpus.valid, c.eval_batch_size,
-                       c.num_steps)
+                       c.num_steps, mesh)
         train_ppl = math.exp(nll_sum / max(tokens, 1))
         lr = float(learning_rate_schedule(c, steps_per_epoch)(max(progress.global_step - 1, 0)))
         epoch = progress.epoch + progress.step_in_epoch / steps_per_epoch
@@ -211,11 +239,12 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
     stop, compiled = progress.done, False
     while not stop and progress.epoch < c.max_epochs:
         if progress.step_in_epoch == 0:
-            state["carries"] = model.zero_carries(c.batch_size)
+            state["carries"] = parallel.put(model.zero_carries(c.batch_size), batch_sharded)
         epoch_nll, epoch_tokens = 0.0, 0
         pending_nll, pending_steps, timed_steps, t0 = jnp.zeros(()), 0, 0, time.time()
         while progress.step_in_epoch < steps_per_epoch and not stop:
-            x, y = ptb.window(train_streams, progress.step_in_epoch, c.num_steps)
+            x, y = parallel.put(ptb.window(train_streams, progress.step_in_epoch, c.num_steps),
+                                batch_sharded)
             state["params"], state["opt_state"], state["carries"], nll = train_step(
                 state["params"], state["opt_state"], state["carries"], x, y,
                 progress.global_step)
@@ -269,7 +298,7 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
     best = ckpt.restore_best(state["params"])
     best_params = best[0] if best is not None else state["params"]
     test_ppl = evaluate(model, eval_step, best_params, corpus.test, c.eval_batch_size,
-                        c.num_steps)
+                        c.num_steps, mesh)
     log(f"test ppl {test_ppl:.2f} (best valid ppl {progress.best_valid_ppl:.2f}, "
         f"epoch {progress.best_epoch})")
     summary = {
@@ -280,7 +309,7 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
         "train_tokens_per_second": progress.train_tokens / max(progress.train_seconds, 1e-9),
         "train_seconds": progress.train_seconds,
         "wall_seconds": wall_before + time.time() - wall_start,
-        "device": metrics.device_description(),
+        "device": metrics.device_description(), "data_parallel_devices": mesh.size,
         "versions": metrics.versions(),
         "paper": {"params": c.paper_params, "valid_ppl": c.paper_valid_ppl,
                   "test_ppl": c.paper_test_ppl},

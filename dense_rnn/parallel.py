@@ -1,0 +1,66 @@
+"""Data parallelism over a one-axis device mesh.
+
+Batches are split along the ``data`` axis; parameters and optimizer state are replicated
+(the models here are small: replication costs less than sharding them). Under ``jax.jit``
+the result does not depend on the layout, so a run on N devices matches a run on one up to
+the order of floating-point reductions, and checkpoints restore onto any layout.
+
+Arrays are built with ``jax.make_array_from_callback`` from host values that every process
+holds in full (the corpus is read by every process), so the same code runs on one device,
+on N local devices and on multi-host pods after ``jax.distributed.initialize()``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from dense_rnn.errors import UserError
+
+DATA = "data"
+
+
+def make_mesh(num_devices: int = 0) -> Mesh:
+    """A mesh over the first ``num_devices`` devices (0: all visible devices)."""
+    devices = jax.devices()
+    if not 0 <= num_devices <= len(devices):
+        raise UserError(f"--num_devices={num_devices}, but {len(devices)} devices are visible "
+                        f"({devices[0].platform})")
+    return Mesh(np.asarray(devices[: num_devices or len(devices)]), (DATA,))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, PartitionSpec())
+
+
+def batch_sharded(mesh: Mesh) -> NamedSharding:
+    """Leading (batch) axis split over the devices."""
+    return NamedSharding(mesh, PartitionSpec(DATA))
+
+
+def check_batch(batch: int, mesh: Mesh, flag: str = "batch_size") -> None:
+    """Refuses a batch the devices cannot split evenly."""
+    n = mesh.size
+    if batch % n:
+        fit = max(d for d in range(1, n + 1) if batch % d == 0)
+        raise UserError(f"--{flag}={batch} does not split over {n} devices; pass "
+                        f"--num_devices={fit} or a --{flag} that is a multiple of {n}")
+
+
+def eval_sharding(batch: int, mesh: Mesh) -> NamedSharding:
+    """Batch-sharded where ``batch`` splits evenly, else replicated."""
+    return batch_sharded(mesh) if batch % mesh.size == 0 else replicated(mesh)
+
+
+def put(tree: Any, sharding: NamedSharding) -> Any:
+    """Every leaf of ``tree`` (host or device values, the same in every process) as a
+    global array laid out by ``sharding``."""
+
+    def one(x):
+        x = np.asarray(x)
+        return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+
+    return jax.tree.map(one, tree)

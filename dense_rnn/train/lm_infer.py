@@ -1,0 +1,196 @@
+"""Sampling from and scoring with a trained PTB language model.
+
+A workdir written by ``experiments.ptb_lm`` holds all that is needed: ``run_identity.json``
+(the model's config), ``vocab.txt`` (the training vocabulary) and ``best/<step>/`` (the
+parameters with the best validation perplexity).
+
+Every sentence starts from a zero state after ``<eos>`` (PTB's sentence separator) and ends
+with ``<eos>``, which is scored too, as in PTB perplexities. Words outside the vocabulary
+are mapped to ``<unk>``. Log-probabilities are natural logarithms (nats).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dense_rnn.configs.ptb import LMConfig
+from dense_rnn.data import ptb
+from dense_rnn.errors import UserError
+from dense_rnn.models.lm import LanguageModel
+from dense_rnn.train import checkpoint, lm
+
+# One-pass scoring pads sentences to a multiple of this length (fewer recompilations).
+LENGTH_BUCKET = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainedLM:
+    """A trained model, its parameters and its vocabulary."""
+
+    config: LMConfig
+    model: LanguageModel
+    params: Any
+    vocab: list[str]
+
+    @property
+    def word_to_id(self) -> dict[str, int]:
+        return {w: i for i, w in enumerate(self.vocab)}
+
+    @property
+    def eos(self) -> int:
+        return self.word_to_id[ptb.EOS]
+
+
+def load(workdir: str) -> TrainedLM:
+    """The best-validation parameters of the run in ``workdir``."""
+    identity_path = os.path.join(workdir, "run_identity.json")
+    if not os.path.isfile(identity_path):
+        raise UserError(f"no training run in {workdir} (no run_identity.json); pass the "
+                        "--workdir of a finished experiments.ptb_lm run")
+    with open(identity_path) as f:
+        identity = json.load(f)
+    known = {f.name for f in dataclasses.fields(LMConfig)}
+    config = LMConfig(**{k: v for k, v in identity.items() if k in known})
+    vocab = ptb.read_vocab(os.path.join(workdir, ptb.VOCAB_FILE))
+    if len(vocab) > config.vocab_size or ptb.EOS not in vocab:
+        raise UserError(f"{workdir}/{ptb.VOCAB_FILE} does not fit the run's config "
+                        f"({len(vocab)} words, vocab_size {config.vocab_size})")
+    ckpt = checkpoint.Checkpointer(workdir, identity)
+    try:
+        best = ckpt.restore_best(lm.init_params(config, jax.random.key(0)))
+    finally:
+        ckpt.close()
+    if best is None:
+        raise UserError(f"no checkpoint in {workdir}/best (written after the first "
+                        "validation); train longer or pass another --workdir")
+    return TrainedLM(config, lm.make_model(config), best[0], vocab)
+
+
+def encode_words(words: Iterable[str], word_to_id: dict[str, int]) -> tuple[list[int], int]:
+    """Word ids, unknown words mapped to ``<unk>``; also returns how many were unknown."""
+    unk = word_to_id.get(ptb.UNK)
+    ids, unknown = [], 0
+    for w in words:
+        i = word_to_id.get(w)
+        if i is None:
+            if unk is None:
+                raise UserError(f"word {w!r} is not in the vocabulary, which has no {ptb.UNK}")
+            i, unknown = unk, unknown + 1
+        ids.append(i)
+    return ids, unknown
+
+
+def make_step(model: LanguageModel) -> Callable:
+    """Jitted ``(params, carries, tokens (batch,)) -> (log_probs (batch, vocab), carries)``:
+    one time step with the state carried."""
+
+    def step(params, carries, tokens):
+        logits, carries = model.apply({"params": params}, tokens[:, None], carries)
+        return jax.nn.log_softmax(logits[:, 0].astype(jnp.float32)), carries
+
+    return jax.jit(step)
+
+
+def _draw(key: jax.Array, log_probs: jax.Array, temperature: jax.Array) -> jax.Array:
+    """A token from ``softmax(log_probs / temperature)``; the argmax when temperature is 0."""
+    sampled = jax.random.categorical(key, log_probs / jnp.maximum(temperature, 1e-6))
+    return jnp.where(temperature > 0, sampled, jnp.argmax(log_probs, -1))
+
+
+def sample(trained: TrainedLM, prompt: str = "", num_words: int = 50,
+           temperature: float = 1.0, seed: int = 0) -> list[str]:
+    """``num_words`` words drawn one at a time after ``<eos>`` and the ``prompt``.
+
+    The same ``seed`` gives the same words. ``temperature`` 0 is greedy decoding.
+    """
+    if temperature < 0 or num_words < 0:
+        raise UserError(f"temperature ({temperature}) and num_words ({num_words}) must be >= 0")
+    prompt_ids, _ = encode_words(prompt.split(), trained.word_to_id)
+    step = make_step(trained.model)
+    n = len(trained.vocab)  # ids past the vocabulary (vocab_size > n) are never drawn
+    draw = jax.jit(lambda key, log_probs, temp: _draw(key, log_probs[:, :n], temp))
+    carries = trained.model.zero_carries(1)
+    for token in [trained.eos, *prompt_ids]:
+        log_probs, carries = step(trained.params, carries, jnp.asarray([token], jnp.int32))
+    key, temp = jax.random.key(seed), jnp.float32(temperature)
+    out = []
+    for i in range(num_words):
+        token = draw(jax.random.fold_in(key, i), log_probs, temp)
+        out.append(int(token[0]))
+        log_probs, carries = step(trained.params, carries, token)
+    return [trained.vocab[i] for i in out]
+
+
+def render(words: list[str]) -> str:
+    """Words as text, one sentence per line."""
+    return " ".join(words).replace(f" {ptb.EOS} ", "\n").replace(ptb.EOS, "\n").strip()
+
+
+def make_sequence_log_probs(model: LanguageModel) -> Callable:
+    """Jitted ``(params, inputs, targets, mask) -> (batch,)`` summed target log-probs of
+    every row in one pass from a zero state."""
+
+    def fn(params, inputs, targets, mask):
+        logits, _ = model.apply({"params": params}, inputs)
+        log_probs = jax.nn.log_softmax(logits.astype(jnp.float32))
+        picked = jnp.take_along_axis(log_probs, targets[..., None], -1)[..., 0]
+        return jnp.sum(picked * mask, -1)
+
+    return jax.jit(fn)
+
+
+def sentence_log_probs(trained: TrainedLM, sentences: list[list[int]],
+                       batch_size: int = 32) -> np.ndarray:
+    """``log p(w_1 .. w_n <eos> | <eos>)`` of every sentence of word ids, in batches."""
+    fn = make_sequence_log_probs(trained.model)
+    out = []
+    for start in range(0, len(sentences), batch_size):
+        chunk = [s + [trained.eos] for s in sentences[start:start + batch_size]]
+        length = -(-max(map(len, chunk)) // LENGTH_BUCKET) * LENGTH_BUCKET
+        targets = np.full((batch_size, length), trained.eos, np.int32)
+        mask = np.zeros((batch_size, length), np.float32)
+        for r, s in enumerate(chunk):
+            targets[r, :len(s)], mask[r, :len(s)] = s, 1.0
+        inputs = np.concatenate([np.full((batch_size, 1), trained.eos, np.int32),
+                                 targets[:, :-1]], axis=1)
+        out.append(np.asarray(fn(trained.params, inputs, targets, mask))[:len(chunk)])
+    return np.concatenate(out) if out else np.zeros((0,), np.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class Scores:
+    """Per-sentence log-probabilities of a text and its perplexity."""
+
+    sentences: list[str]
+    log_probs: np.ndarray  # nats, one per sentence
+    num_tokens: int  # words and one <eos> per sentence
+    num_unknown: int  # words mapped to <unk>
+
+    @property
+    def perplexity(self) -> float:
+        return math.exp(-float(self.log_probs.sum()) / self.num_tokens)
+
+
+def score_file(trained: TrainedLM, path: str) -> Scores:
+    """Scores every non-empty line of ``path`` as one sentence (words split on spaces)."""
+    if not os.path.isfile(path):
+        raise UserError(f"no text file {path}; pass --text_file=FILE, one sentence a line")
+    with open(path, encoding="utf-8", errors="replace") as f:
+        sentences = [" ".join(line.split()) for line in f if line.strip()]
+    if not sentences:
+        raise UserError(f"text file {path} holds no words")
+    word_to_id = trained.word_to_id
+    encoded = [encode_words(s.split(), word_to_id) for s in sentences]
+    ids = [e[0] for e in encoded]
+    return Scores(sentences, sentence_log_probs(trained, ids),
+                  num_tokens=sum(len(s) + 1 for s in ids),
+                  num_unknown=sum(e[1] for e in encoded))

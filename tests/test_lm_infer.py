@@ -1,0 +1,85 @@
+"""Sampling and scoring with a trained LM: step-by-step vs one pass, seeds, the binary."""
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dense_rnn.data import ptb
+from dense_rnn.errors import UserError
+from dense_rnn.train import lm, lm_infer
+from tests.test_ptb_lm_binary import corpus_dir, one_line_error, run_binary, tiny  # noqa: F401
+
+SENTENCES = ["w1 w2 w3", "w4 w0 w5 w6 w7 w8 w9 w10 w11 w12 w13 w14 w15 w16 w17 w18 w19", "w3"]
+
+
+@pytest.fixture(scope="module")
+def workdir(corpus_dir, tmp_path_factory):  # noqa: F811
+    d = str(tmp_path_factory.mktemp("lm") / "w")
+    lm.train_and_evaluate(tiny(max_steps=60), corpus_dir, d, log=lambda s: None)
+    return d
+
+
+@pytest.fixture(scope="module")
+def trained(workdir):
+    return lm_infer.load(workdir)
+
+
+def test_vocab_saved_by_training(workdir, corpus_dir):  # noqa: F811
+    vocab = ptb.read_vocab(f"{workdir}/{ptb.VOCAB_FILE}")
+    assert vocab == ptb.load_ptb(corpus_dir).vocab
+
+
+def test_step_by_step_matches_one_pass(trained):
+    sentences = [lm_infer.encode_words(s.split(), trained.word_to_id)[0] for s in SENTENCES]
+    one_pass = lm_infer.sentence_log_probs(trained, sentences, batch_size=2)
+    step = lm_infer.make_step(trained.model)
+    for s, expected in zip(sentences, one_pass, strict=True):
+        carries, total = trained.model.zero_carries(1), 0.0
+        for prev, target in zip([trained.eos, *s], [*s, trained.eos], strict=True):
+            log_probs, carries = step(trained.params, carries, jnp.asarray([prev]))
+            total += float(log_probs[0, target])
+        np.testing.assert_allclose(total, expected, rtol=1e-5, atol=1e-4)
+    assert np.all(one_pass < 0)
+
+
+def test_sampling_is_reproducible_by_seed(trained):
+    a = lm_infer.sample(trained, "w1 w2", num_words=20, seed=3)
+    assert a == lm_infer.sample(trained, "w1 w2", num_words=20, seed=3)
+    assert a != lm_infer.sample(trained, "w1 w2", num_words=20, seed=4)
+    assert len(a) == 20 and set(a) <= set(trained.vocab)
+    greedy = lm_infer.sample(trained, "w1", num_words=5, temperature=0.0, seed=0)
+    assert greedy == lm_infer.sample(trained, "w1", num_words=5, temperature=0.0, seed=1)
+
+
+def test_score_file_maps_unknown_words(trained, tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_text("w1 w2 w3\n\n  w1 zzz w2  \n")
+    scores = lm_infer.score_file(trained, str(path))
+    assert scores.sentences == ["w1 w2 w3", "w1 zzz w2"]
+    assert scores.num_unknown == 1 and scores.num_tokens == 8
+    unk = lm_infer.sentence_log_probs(trained, [lm_infer.encode_words(
+        ["w1", ptb.UNK, "w2"], trained.word_to_id)[0]])
+    np.testing.assert_allclose(scores.log_probs[1], unk[0], rtol=1e-6)
+    assert scores.perplexity == pytest.approx(math.exp(-scores.log_probs.sum() / 8))
+    with pytest.raises(UserError, match="no text file"):
+        lm_infer.score_file(trained, str(tmp_path / "missing.txt"))
+
+
+def test_binary_sample_score_and_bad_inputs(workdir, tmp_path):
+    r = run_binary("--mode=sample", f"--workdir={workdir}", "--prompt=w1 w2", "--num_words=7",
+                   "--seed=5")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[:2] == ["w1", "w2"]
+    text = tmp_path / "t.txt"
+    text.write_text("w1 w2\nw3 qqq\n")
+    r = run_binary("--mode=score", f"--workdir={workdir}", f"--text_file={text}")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 3 and lines[1].endswith("\tw3 qqq")
+    assert "(1 unknown -> <unk>)" in lines[2] and "perplexity" in lines[2]
+    one_line_error(run_binary("--mode=sample", f"--workdir={tmp_path / 'none'}"),
+                   "no training run")
+    one_line_error(run_binary("--mode=score", f"--workdir={workdir}",
+                              f"--text_file={tmp_path / 'missing.txt'}"), "no text file")

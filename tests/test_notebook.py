@@ -1,0 +1,25 @@
+"""notebooks/quickstart.ipynb runs top to bottom (quick settings, local data)."""
+
+import os
+
+import pytest
+
+from tests.conftest import REPO
+
+NOTEBOOK = os.path.join(REPO, "notebooks", "quickstart.ipynb")
+
+
+def test_quickstart_notebook_runs(data_dir, tmp_path, monkeypatch):
+    nbclient = pytest.importorskip("nbclient")
+    nbformat = pytest.importorskip("nbformat")
+    monkeypatch.setenv("DENSE_RNN_DATA_DIR", data_dir)  # the kernel inherits the environment
+    monkeypatch.setenv("DENSE_RNN_NOTEBOOK_QUICK", "1")
+    monkeypatch.setenv("PYTHONPATH", REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
+                      for o in c.get("outputs", []))
+    assert "test perplexity" in outputs and "perplexity" in outputs
+    assert "test_accuracy" in outputs
+    assert os.path.isdir(tmp_path / "quickstart_work" / "lm" / "tensorboard")

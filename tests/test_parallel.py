@@ -1,0 +1,91 @@
+"""Data parallelism: a run on 8 virtual CPU devices against one, checkpoints across layouts.
+
+The runs happen in a subprocess, since the virtual device count is fixed at JAX start-up.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import jax
+import numpy as np
+import pytest
+
+from dense_rnn import parallel
+from dense_rnn.errors import UserError
+from dense_rnn.train import checkpoint, lm
+from tests.conftest import REPO
+from tests.test_ptb_lm_binary import corpus_dir, one_line_error, tiny  # noqa: F401
+from tests.test_ptb_lm_binary import run_binary as run_ptb_lm
+
+RUNS = r"""
+import sys
+import jax
+from dense_rnn.train import lm
+from tests.test_ptb_lm_binary import tiny
+
+corpus, out, STEPS = sys.argv[1], sys.argv[2], int(sys.argv[3])
+assert jax.device_count() == 8, jax.devices()
+for name, layouts in [("one", [1]), ("eight", [8]), ("8_then_1", [8, 1]), ("1_then_8", [1, 8])]:
+    for i, n in enumerate(layouts):  # the second run resumes the first's checkpoint
+        steps = STEPS * (i + 1) // len(layouts)
+        lm.train_and_evaluate(tiny(batch_size=8, eval_batch_size=4, num_devices=n,
+                                   max_steps=steps, max_epochs=3),
+                              corpus, f"{out}/{name}", log=lambda s: None)
+"""
+STEPS = 20
+EIGHT_CPUS = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+              "JAX_PLATFORMS": "cpu"}
+
+
+def records(workdir):
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def restore_params(workdir):
+    """The latest parameters in ``workdir`` restored onto this process's one device."""
+    with open(os.path.join(workdir, "run_identity.json")) as f:
+        identity = json.load(f)
+    c = tiny(**{k: identity[k] for k in ["batch_size", "vocab_size"]})
+    params = lm.init_params(c, jax.random.key(0))
+    like = {"params": params, "opt_state": lm.make_optimizer(c, 1).init(params),
+            "carries": lm.make_model(c).zero_carries(c.batch_size)}
+    ckpt = checkpoint.Checkpointer(str(workdir), identity)
+    (state, meta), _ = ckpt.restore(like), ckpt.close()
+    return meta["progress"]["global_step"], state["params"]
+
+
+@pytest.mark.slow  # six short runs in a subprocess: ~90 s on two busy CPU cores
+def test_eight_devices_match_one_and_checkpoints_cross_layouts(corpus_dir, tmp_path):  # noqa: F811
+    r = subprocess.run([sys.executable, "-c", RUNS, corpus_dir, str(tmp_path), str(STEPS)],
+                       cwd=REPO, env=EIGHT_CPUS, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    step, reference = restore_params(tmp_path / "one")
+    ref_records = records(tmp_path / "one")
+    for name in ["eight", "8_then_1", "1_then_8"]:
+        other_step, params = restore_params(tmp_path / name)
+        assert other_step == step == STEPS
+        a, b = ref_records[-1], records(tmp_path / name)[-1]
+        assert a["step"] == b["step"] == STEPS
+        if name == "eight":  # a resumed run's train_ppl covers its own steps only
+            np.testing.assert_allclose(a["train_ppl"], b["train_ppl"], rtol=1e-5)
+        np.testing.assert_allclose(a["valid_ppl"], b["valid_ppl"], rtol=1e-5)
+        for x, y in zip(jax.tree.leaves(reference), jax.tree.leaves(params), strict=True):
+            np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6)
+    summary = json.load(open(tmp_path / "eight" / "summary.json"))
+    assert summary["data_parallel_devices"] == 8
+
+
+def test_batch_must_split_over_the_devices():
+    parallel.check_batch(3, parallel.make_mesh(1))
+    with pytest.raises(UserError, match="--num_devices=5 or a --batch_size that is a multiple"):
+        parallel.check_batch(20, SimpleNamespace(size=8))
+
+
+def test_binary_refuses_too_many_devices(corpus_dir, tmp_path):  # noqa: F811
+    one_line_error(run_ptb_lm("--config=tiny", f"--data_dir={corpus_dir}", "--vocab_size=60",
+                              "--num_devices=64", f"--workdir={tmp_path / 'w'}"),
+                   "--num_devices=64, but")
