@@ -2,9 +2,11 @@ r"""Tabulates DC-Bi-LSTM runs (``summary.json`` of ``experiments.classify``) as 
 for experiments/results/dc_bilstm.md: runs of one config on one dataset (seeds, or the CV
 folds of MR/Subj run as separate ``--folds=K`` runs) are pooled into mean and std.
 
-    python -m experiments.dc_bilstm_results workdirs/*/summary.json [--plot=OUT.png]
+    python -m experiments.dc_bilstm_results workdirs/*/summary.json [--plot=OUT.png] [--table3]
 
 ``--plot`` also draws every run's dev and test accuracy per epoch (from ``metrics.jsonl``).
+``--table3`` also prints Table 3 (parameter-matched rows, SST-1 and SST-2) with "not run"
+where no run exists; its first and fourth rows are the ``bilstm`` and ``dc_bilstm`` configs.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import sys
 
 import numpy as np
 
-from dense_rnn.configs.dc_bilstm import paper_accuracy
+from dense_rnn.configs.dc_bilstm import TABLE_ROWS, paper_accuracy
 
 HEADER = ("| config | data | params (paper conv., m=50) | params (ours, no emb.) | runs | "
           "test % mean ± std | dev % mean | paper % | epochs (best/ran) | wall min/run | "
@@ -44,6 +46,32 @@ def rows(summaries: list[dict]) -> list[str]:
             f"{paper if paper is not None else '-'} | "
             f"{', '.join(f'{b}/{e}' for b, e in epochs)} | "
             f"{np.mean([s['wall_seconds'] for s in runs]) / 60:.1f} | {runs[0]['device']} |")
+    return out
+
+
+def table3(summaries: list[dict]) -> list[str]:
+    """Table 3 rows: dev-selected test accuracy (mean over seeds) beside the paper's."""
+    same = {"dc_bilstm_t3_dl0_dh10": "bilstm", "dc_bilstm_t3_dl15_dh13": "dc_bilstm"}
+    out = ["| dl | dh | th | paper params (m=300) | config run | params (paper conv., m=50) | "
+           "SST-1 test % (runs; epochs best/ran) | SST-1 paper % | SST-2 test % (runs; epochs) | "
+           "SST-2 paper % | wall min/run |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for t, dl, dh, th, params, s1, s2 in TABLE_ROWS:
+        if t != 3:
+            continue
+        name = f"dc_bilstm_t3_dl{dl}_dh{dh}"
+        names = {name, same.get(name, name)}
+        cells, walls, count = {}, [], "-"
+        for ds in ("sst1", "sst2"):
+            runs = [s for s in summaries if s["config"]["name"] in names and s["dataset"] == ds
+                    and s["selection"].startswith("test accuracy at")]
+            epochs = ", ".join(f"{s['best_dev_epoch']}/{s['epochs']}" for s in runs)
+            cells[ds] = (f"{100 * np.mean([s['test_accuracy'] for s in runs]):.1f} "
+                         f"({len(runs)}; {epochs})" if runs else "not run")
+            walls += [s["wall_seconds"] / 60 for s in runs]
+            count = f"{runs[0]['num_params_paper']:,}" if runs else count
+        out.append(f"| {dl} | {dh} | {th} | {params} | {' = '.join(sorted(names))} | {count} | "
+                   f"{cells['sst1']} | {s1} | {cells['sst2']} | {s2} | "
+                   f"{f'{np.mean(walls):.1f}' if walls else '-'} |")
     return out
 
 
@@ -81,12 +109,14 @@ def plot(paths: list[str], out: str) -> None:
 
 
 def main(args: list[str]) -> None:
-    paths = [a for a in args if not a.startswith("--plot=")]
+    paths = [a for a in args if not a.startswith("--")]
     summaries = []
     for path in paths:
         with open(path) as f:
             summaries.append(json.load(f))
     print("\n".join([HEADER, *rows(summaries)]))
+    if "--table3" in args:
+        print("\n" + "\n".join(table3(summaries)))
     for a in args:
         if a.startswith("--plot="):
             plot(paths, a.removeprefix("--plot="))
