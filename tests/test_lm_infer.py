@@ -1,6 +1,7 @@
 """Sampling and scoring with a trained LM: step-by-step vs one pass, seeds, the binary."""
 
 import math
+import shutil
 
 import jax.numpy as jnp
 import numpy as np
@@ -65,6 +66,13 @@ def test_score_file_maps_unknown_words(trained, tmp_path):
     assert scores.perplexity == pytest.approx(math.exp(-scores.log_probs.sum() / 8))
     with pytest.raises(UserError, match="no text file"):
         lm_infer.score_file(trained, str(tmp_path / "missing.txt"))
+
+
+def test_workdir_without_checkpoint(workdir, tmp_path):
+    for name in ["run_identity.json", ptb.VOCAB_FILE]:
+        shutil.copy(f"{workdir}/{name}", tmp_path / name)
+    with pytest.raises(UserError, match="no checkpoint in"):
+        lm_infer.load(str(tmp_path))
 
 
 def test_binary_sample_score_and_bad_inputs(workdir, tmp_path):
