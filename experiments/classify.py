@@ -43,6 +43,8 @@ flags.DEFINE_list("lr_sweep", None, "Learning rates to try, e.g. 1e-2,1e-3,1e-4 
 flags.DEFINE_integer("max_len", 0, "Keep only the first N tokens of every text (0: all); "
                      "recorded in the summary (e.g. IMDB).")
 flags.DEFINE_bool("dry_run", False, "Print the resolved config and parameter counts, exit.")
+flags.DEFINE_bool("multihost", False, "Call jax.distributed.initialize() first: run the same "
+                  "command on every host of a TPU pod or GPU cluster (see BUILD.md).")
 OVERRIDES = define_override_flags(ClassifierConfig, skip=("name", "model", "paper"))
 FLAGS = flags.FLAGS
 
@@ -97,6 +99,10 @@ def run() -> None:
         folds = None if FLAGS.folds is None else [int(f) for f in FLAGS.folds]
     except ValueError:
         raise UserError(f"--folds={','.join(FLAGS.folds)}: give fold numbers like 0,1,2") from None
+    if FLAGS.multihost:
+        import jax
+
+        jax.distributed.initialize()
     workdir = FLAGS.workdir or os.path.join("workdirs", f"{config.name}_{FLAGS.dataset}")
     kwargs = dict(family=family, dataset=FLAGS.dataset, data_dir=FLAGS.data_dir,
                   embeddings=FLAGS.embeddings, oov=FLAGS.oov, select=FLAGS.select, folds=folds,

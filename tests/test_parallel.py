@@ -19,6 +19,7 @@ from dense_rnn.train import checkpoint, lm
 from tests.conftest import REPO
 from tests.test_ptb_lm_binary import corpus_dir, one_line_error, tiny  # noqa: F401
 from tests.test_ptb_lm_binary import run_binary as run_ptb_lm
+from tests.test_text_classification import SMALL, _classify, _toy_data
 
 RUNS = r"""
 import sys
@@ -89,3 +90,20 @@ def test_binary_refuses_too_many_devices(corpus_dir, tmp_path):  # noqa: F811
     one_line_error(run_ptb_lm("--config=tiny", f"--data_dir={corpus_dir}", "--vocab_size=60",
                               "--num_devices=64", f"--workdir={tmp_path / 'w'}"),
                    "--num_devices=64, but")
+
+
+@pytest.mark.slow  # four classifier binary runs: ~1 minute
+def test_classifier_binary_eight_devices_match_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", EIGHT_CPUS["XLA_FLAGS"])
+    _toy_data(tmp_path)
+    base = [f"--data_dir={tmp_path}", "--dataset=trec", f"--embeddings={tmp_path}/glove.txt.gz",
+            *SMALL]
+    for name, n, epochs in [("one", 1, 2), ("eight", 8, 2), ("8_then_1", 8, 1),
+                            ("8_then_1", 1, 2)]:
+        _classify(*base, f"--workdir={tmp_path}/{name}", f"--num_devices={n}",
+                  f"--max_epochs={epochs}")
+    one, eight, mixed = (records(tmp_path / n) for n in ["one", "eight", "8_then_1"])
+    assert len(one) == len(eight) == len(mixed) == 2
+    for a, b in [*zip(one, eight, strict=True), (one[-1], mixed[-1])]:
+        for key in ["train_loss", "train_accuracy", "dev_accuracy", "test_accuracy"]:
+            np.testing.assert_allclose(a[key], b[key], rtol=1e-5)

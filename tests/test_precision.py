@@ -10,8 +10,9 @@ import pytest
 
 from dense_rnn import precision
 from dense_rnn.configs.ptb import CONFIGS
+from dense_rnn.data import text_classification as tc
 from dense_rnn.errors import UserError
-from dense_rnn.train import lm
+from dense_rnn.train import classify, lm
 from tests.test_ptb_lm_binary import corpus_dir, tiny  # noqa: F401
 
 # bfloat16 keeps 8 significant bits (relative rounding 2^-9 = 0.2%); the LM's NLL and its
@@ -59,3 +60,24 @@ def test_bfloat16_training_run(corpus_dir, tmp_path):  # noqa: F811
 def test_unknown_dtype():
     with pytest.raises(UserError, match="float32, bfloat16"):
         precision.compute_dtype("float8")
+
+
+@pytest.mark.parametrize("name", ["dc_bilstm", "hm_denselstm_64"])
+def test_bfloat16_classifier_step(name):
+    config, _ = classify.get_config(name)
+    small = {k: v for k, v in {"dl": 2, "dh": 4, "th": 8}.items() if k in config.model_args}
+    config = dataclasses.replace(config, embed_size=16, batch_size=8,
+                                 model_args={**config.model_args, **small})
+    model = classify.make_model(config, vocab_size=30, num_classes=3)
+    rng = np.random.default_rng(0)
+    ids = [rng.integers(2, 30, rng.integers(1, 12)) for _ in range(8)]
+    batch = next(tc.batches(ids, rng.integers(0, 3, 8), 8))
+    losses = {}
+    for dtype in ["float32", "bfloat16"]:
+        c = dataclasses.replace(config, compute_dtype=dtype)
+        params = classify.init_params(model, jax.random.key(0))
+        tx = classify.make_optimizer(c, params)
+        train_step, _ = classify.make_steps(model, tx, c)
+        new, _, losses[dtype], _ = train_step(params, tx.init(params), batch, 0)
+        assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(new))
+    np.testing.assert_allclose(losses["bfloat16"], losses["float32"], rtol=LOSS_RTOL)

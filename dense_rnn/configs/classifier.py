@@ -33,6 +33,8 @@ class ClassifierConfig:
     early_stopping_patience: int = 5  # epochs without dev improvement; 0: off
     seed: int = 0
     checkpoint_every_steps: int = 0  # also checkpoint mid-epoch every N steps; 0: off
+    compute_dtype: str = "float32"  # "bfloat16": mixed precision (params, optimizer, loss f32)
+    num_devices: int = 0  # data-parallel devices (batch split over them); 0: all visible
     paper: str = ""  # the paper row this config reproduces, with its reported numbers
 
     def to_dict(self) -> dict[str, Any]:

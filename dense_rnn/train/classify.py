@@ -32,7 +32,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import traverse_util
+from jax.sharding import Mesh
 
+from dense_rnn import parallel, precision
 from dense_rnn.configs.classifier import ClassifierConfig
 from dense_rnn.data import text_classification as tc
 from dense_rnn.data.glove import load_glove
@@ -42,7 +44,8 @@ from dense_rnn.train import checkpoint, metrics
 
 FAMILY_MODULES = ("dense_rnn.configs.dc_bilstm", "dense_rnn.configs.hm_densernn")
 # Fields that may change when a run is resumed; every other field must match.
-RESUMABLE_FIELDS = ("max_epochs", "early_stopping_patience", "checkpoint_every_steps")
+RESUMABLE_FIELDS = ("max_epochs", "early_stopping_patience", "checkpoint_every_steps",
+                    "compute_dtype", "num_devices")
 SELECTIONS = {
     "dev": "test accuracy at the epoch with the best dev accuracy",
     "test": "best test accuracy seen during training (Ding et al.'s protocol; optimistic)",
@@ -116,17 +119,25 @@ def softmax_l2(params: Any) -> jax.Array:
     return jnp.sum(jnp.square(params["softmax"]["kernel"]))
 
 
-def make_steps(model, tx: optax.GradientTransformation, c: ClassifierConfig):
+def make_steps(model, tx: optax.GradientTransformation, c: ClassifierConfig,
+               mesh: Mesh | None = None):
     """Jitted ``train_step(params, opt_state, batch, step) -> (params, opt_state, loss_sum,
-    correct)`` and ``eval_step(params, batch) -> correct``; sums are over real rows."""
+    correct)`` and ``eval_step(params, batch) -> correct``; sums are over real rows. The
+    forward pass runs in ``c.compute_dtype``; with a ``mesh``, parameters and optimizer
+    state stay replicated."""
     base_key = jax.random.key(c.seed)
+    dtype = precision.compute_dtype(c.compute_dtype)
+
+    def apply(params, batch, **kw):
+        logits = model.apply({"params": precision.cast_floating(params, dtype)},
+                             batch["tokens"], batch["lengths"], **kw)
+        return logits.astype(jnp.float32)
 
     def train_step(params, opt_state, batch, step):
         rng = jax.random.fold_in(base_key, step)
 
         def loss_fn(p):
-            logits = model.apply({"params": p}, batch["tokens"], batch["lengths"],
-                                 deterministic=False, rngs={"dropout": rng})
+            logits = apply(p, batch, deterministic=False, rngs={"dropout": rng})
             ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"])
             ce_sum = jnp.sum(ce * batch["weights"])
             loss = ce_sum / jnp.maximum(batch["weights"].sum(), 1.0)
@@ -139,10 +150,10 @@ def make_steps(model, tx: optax.GradientTransformation, c: ClassifierConfig):
         return optax.apply_updates(params, updates), opt_state, ce_sum, correct
 
     def eval_step(params, batch):
-        logits = model.apply({"params": params}, batch["tokens"], batch["lengths"])
-        return _correct(logits, batch)
+        return _correct(apply(params, batch), batch)
 
-    return jax.jit(train_step, donate_argnums=(0, 1)), jax.jit(eval_step)
+    out = {} if mesh is None else {"out_shardings": parallel.replicated(mesh)}
+    return jax.jit(train_step, donate_argnums=(0, 1), **out), jax.jit(eval_step, **out)
 
 
 def _correct(logits: jax.Array, batch) -> jax.Array:
@@ -178,8 +189,12 @@ def encode(splits: tc.Splits, vectors: dict[str, np.ndarray] | None, oov: str,
     return Encoded(ids, labels, vocab, table)
 
 
-def accuracy(eval_step, params, ids, labels, batch_size: int) -> float:
-    correct = sum(eval_step(params, b) for b in tc.batches(ids, labels, batch_size))
+def accuracy(eval_step, params, ids, labels, batch_size: int,
+             mesh: Mesh | None = None) -> float:
+    """Accuracy over ``ids``; with a ``mesh``, each batch is split over it."""
+    place = (lambda b: b) if mesh is None else (
+        lambda b: parallel.put(b, parallel.batch_sharded(mesh)))
+    correct = sum(eval_step(params, place(b)) for b in tc.batches(ids, labels, batch_size))
     return float(correct) / max(len(ids), 1)
 
 
@@ -214,7 +229,10 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
     if data.embeddings is not None:
         params = {**params, "embed": {"embedding": jnp.asarray(data.embeddings)}}
     tx = make_optimizer(c, params)
-    state = {"params": params, "opt_state": tx.init(params)}
+    mesh = parallel.make_mesh(c.num_devices)
+    parallel.check_batch(c.batch_size, mesh)
+    state = parallel.put({"params": params, "opt_state": tx.init(params)},
+                         parallel.replicated(mesh))
     progress = Progress()
     restored = ckpt.restore(state)
     if restored is not None:
@@ -224,13 +242,14 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
             f"{progress.epoch}, step {progress.step_in_epoch} of the next")
     n_total = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state["params"]))
     n_embed = int(np.prod(state["params"]["embed"]["embedding"].shape))
-    train_step, eval_step = make_steps(model, tx, c)
+    train_step, eval_step = make_steps(model, tx, c, mesh)
     writer = metrics.MetricsWriter(workdir, progress.global_step)
     steps_per_epoch = -(-len(data.ids["train"]) // c.batch_size)
     wall_before = progress.wall_seconds
     live = sys.stdout.isatty()  # a live step counter on terminals only
     log(f"{title}: {n_total - n_embed:,} parameters + {n_embed:,} embedding, "
-        f"{steps_per_epoch} steps/epoch, device {metrics.device_description()}")
+        f"{steps_per_epoch} steps/epoch, device {metrics.device_description()}, data "
+        f"parallel over {mesh.size}, {c.compute_dtype} compute")
 
     n_train = len(data.ids["train"])
 
@@ -256,7 +275,8 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
                                            c.batch_size, rng), progress.step_in_epoch, None)
         for batch in todo:
             state["params"], state["opt_state"], ce, ok = train_step(
-                state["params"], state["opt_state"], batch, progress.global_step)
+                state["params"], state["opt_state"],
+                parallel.put(batch, parallel.batch_sharded(mesh)), progress.global_step)
             ce_sum, correct = ce_sum + ce, correct + ok
             progress.global_step += 1
             progress.step_in_epoch += 1
@@ -276,9 +296,9 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
         progress.epoch += 1
         progress.step_in_epoch, progress.epoch_ce_sum, progress.epoch_correct = 0, 0.0, 0.0
         dev = accuracy(eval_step, state["params"], data.ids["dev"], data.labels["dev"],
-                       c.batch_size)
+                       c.batch_size, mesh)
         test = accuracy(eval_step, state["params"], data.ids["test"], data.labels["test"],
-                        c.batch_size)
+                        c.batch_size, mesh)
         if dev > progress.best_dev:
             progress.best_dev, progress.best_dev_epoch = dev, progress.epoch
             progress.test_at_best_dev, progress.bad_epochs = test, 0
