@@ -15,6 +15,7 @@ probabilities per sentence, then the perplexity)::
 from __future__ import annotations
 
 import os
+import sys
 
 from absl import flags
 
@@ -65,7 +66,8 @@ def infer(workdir: str) -> None:
 
     if FLAGS.mode == "score" and not FLAGS.text_file:
         raise UserError("--mode=score needs --text_file=FILE, one sentence a line")
-    trained = lm_infer.load(workdir)
+    trained = lm_infer.load(workdir, resolve_data_dir(FLAGS.data_dir),
+                            log=lambda s: print(s, file=sys.stderr))
     if FLAGS.mode == "sample":
         words = lm_infer.sample(trained, FLAGS.prompt, FLAGS.num_words, FLAGS.temperature,
                                 FLAGS.seed or 0)

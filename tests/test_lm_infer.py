@@ -91,3 +91,11 @@ def test_binary_sample_score_and_bad_inputs(workdir, tmp_path):
                    "no training run")
     one_line_error(run_binary("--mode=score", f"--workdir={workdir}",
                               f"--text_file={tmp_path / 'missing.txt'}"), "no text file")
+
+
+def test_workdir_without_vocab_file(workdir, trained, corpus_dir, tmp_path):  # noqa: F811
+    old = tmp_path / "old"
+    shutil.copytree(workdir, old, ignore=shutil.ignore_patterns(ptb.VOCAB_FILE))
+    with pytest.raises(UserError, match="no vocabulary file"):
+        lm_infer.load(str(old))
+    assert lm_infer.load(str(old), corpus_dir, log=lambda s: None).vocab == trained.vocab

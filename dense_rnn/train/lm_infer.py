@@ -50,8 +50,11 @@ class TrainedLM:
         return self.word_to_id[ptb.EOS]
 
 
-def load(workdir: str) -> TrainedLM:
-    """The best-validation parameters of the run in ``workdir``."""
+def load(workdir: str, data_dir: str | None = None,
+         log: Callable[[str], None] = print) -> TrainedLM:
+    """The best-validation parameters of the run in ``workdir``. A workdir written before
+    runs saved ``vocab.txt`` needs ``data_dir``: the vocabulary is rebuilt from its
+    ``ptb.train.txt``, as training built it."""
     identity_path = os.path.join(workdir, "run_identity.json")
     if not os.path.isfile(identity_path):
         raise UserError(f"no training run in {workdir} (no run_identity.json); pass the "
@@ -60,7 +63,12 @@ def load(workdir: str) -> TrainedLM:
         identity = json.load(f)
     known = {f.name for f in dataclasses.fields(LMConfig)}
     config = LMConfig(**{k: v for k, v in identity.items() if k in known})
-    vocab = ptb.read_vocab(os.path.join(workdir, ptb.VOCAB_FILE))
+    vocab_path = os.path.join(workdir, ptb.VOCAB_FILE)
+    if os.path.isfile(vocab_path) or data_dir is None:
+        vocab = ptb.read_vocab(vocab_path)
+    else:
+        log(f"no {vocab_path}: vocabulary rebuilt from {data_dir}/ptb.train.txt")
+        vocab = ptb.load_ptb(data_dir).vocab
     if len(vocab) > config.vocab_size or ptb.EOS not in vocab:
         raise UserError(f"{workdir}/{ptb.VOCAB_FILE} does not fit the run's config "
                         f"({len(vocab)} words, vocab_size {config.vocab_size})")
