@@ -1,0 +1,210 @@
+"""The implementations ours is timed against.
+
+* ``FlaxLSTMLM``: the PTB LMs built from Flax's own ``nn.RNN(nn.OptimizedLSTMCell)``.
+* ``TorchLSTMLM``: the same LMs from PyTorch's ``nn.LSTM``.
+* ``dc_bilstm_port`` / ``hm_port``: straightforward ``lax.scan`` ports of the DC-Bi-LSTM and
+  HM-DenseRNN equations on our parameter trees: the input projection is done per step
+  inside the scan, and the HM upper layers run at the input rate, copying their state at
+  the steps they do not update (Zhao et al. eq. 6). ``Port.apply`` has the signature of
+  ``nn.Module.apply``, so the library's own training step drives them unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from dense_rnn.hm_stack import layer_schedule
+from dense_rnn.recurrent import length_mask, reverse_padded, uniform_init
+
+Array = jax.Array
+
+
+class FlaxLSTMLM(nn.Module):
+    """``dense_rnn.models.lm.LanguageModel`` rebuilt on ``nn.RNN(nn.OptimizedLSTMCell)``."""
+
+    vocab_size: int
+    embed_size: int
+    hidden_size: int
+    num_layers: int
+    connectivity: str = "stacked"
+    dropout_rate: float = 0.0
+    init_scale: float = 0.05
+
+    @nn.compact
+    def __call__(self, tokens: Array, carries: tuple, *, deterministic: bool = True):
+        init = uniform_init(self.init_scale)
+        e = nn.Embed(self.vocab_size, self.embed_size, embedding_init=init)(tokens)
+        features, new_carries = [nn.Dropout(self.dropout_rate)(e, deterministic)], []
+        for carry in carries:
+            inp = (jnp.concatenate(features[::-1], -1) if self.connectivity == "dense"
+                   else features[-1])
+            cell = nn.OptimizedLSTMCell(self.hidden_size, kernel_init=init,
+                                        recurrent_kernel_init=init, bias_init=init)
+            carry, h = nn.RNN(cell, return_carry=True)(inp, initial_carry=carry)
+            new_carries.append(carry)
+            features.append(nn.Dropout(self.dropout_rate)(h, deterministic))
+        top = (jnp.concatenate(features[::-1], -1) if self.connectivity == "dense"
+               else features[-1])
+        return nn.Dense(self.vocab_size, kernel_init=init, bias_init=init)(top), tuple(
+            new_carries)
+
+
+def torch_lm(vocab_size: int, embed_size: int, hidden_size: int, num_layers: int,
+             connectivity: str, dropout_rate: float):
+    """The same LM in PyTorch: one multi-layer ``nn.LSTM`` (stacked) or one per layer (dense)."""
+    import torch
+
+    class TorchLSTMLM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(vocab_size, embed_size)
+            self.drop = torch.nn.Dropout(dropout_rate)
+            dense = connectivity == "dense"
+            if dense:
+                sizes = [embed_size + i * hidden_size for i in range(num_layers)]
+                self.lstms = torch.nn.ModuleList(
+                    torch.nn.LSTM(d, hidden_size, batch_first=True) for d in sizes)
+                top = embed_size + num_layers * hidden_size
+            else:
+                self.lstms = torch.nn.ModuleList([torch.nn.LSTM(
+                    embed_size, hidden_size, num_layers, batch_first=True,
+                    dropout=dropout_rate)])
+                top = hidden_size
+            self.dense = dense
+            self.softmax = torch.nn.Linear(top, vocab_size)
+
+        def forward(self, tokens, carries):
+            features, new = [self.drop(self.embed(tokens))], []
+            for lstm, carry in zip(self.lstms, carries, strict=True):
+                inp = torch.cat(features[::-1], -1) if self.dense else features[-1]
+                h, carry = lstm(inp, carry)
+                new.append(carry)
+                features.append(self.drop(h))
+            top = torch.cat(features[::-1], -1) if self.dense else features[-1]
+            return self.softmax(top), new
+
+    return TorchLSTMLM()
+
+
+@dataclasses.dataclass(frozen=True)
+class Port:
+    """A pure ``forward(params, tokens, lengths, dropout_key | None) -> logits`` dressed as
+    a Flax module for the library's training step."""
+
+    forward: Callable[[Any, Array, Array, Array | None], Array]
+
+    def apply(self, variables, tokens, lengths, deterministic: bool = True, rngs=None):
+        key = None if deterministic else rngs["dropout"]
+        return self.forward(variables["params"], tokens, lengths, key)
+
+
+def dropout(x: Array, rate: float, key: Array | None) -> Array:
+    if key is None or not rate:
+        return x
+    return jnp.where(jax.random.bernoulli(key, 1.0 - rate, x.shape), x / (1.0 - rate), 0.0)
+
+
+def naive_lstm(p: dict, x: Array, lengths: Array, reverse: bool) -> Array:
+    """An LSTM layer as one ``lax.scan`` computing ``x_t W + h_{t-1} U + b`` every step."""
+    batch, time, _ = x.shape
+    n = p["w_hh"].shape[0]
+    if reverse:
+        x = reverse_padded(x, lengths)
+
+    def body(carry, inputs):
+        x_t, m_t = inputs
+        c, h = carry
+        i, f, g, o = jnp.split(x_t @ p["w_ih"] + h @ p["w_hh"] + p["b"], 4, axis=-1)
+        c_new = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+        h_new = jax.nn.sigmoid(o) * jnp.tanh(c_new)
+        keep = m_t[:, None]
+        c_new, h_new = jnp.where(keep, c_new, c), jnp.where(keep, h_new, h)
+        return (c_new, h_new), jnp.where(keep, h_new, 0.0)
+
+    zeros = jnp.zeros((batch, n), x.dtype)
+    mask = length_mask(lengths, time).T
+    _, ys = jax.lax.scan(body, (zeros, zeros), (jnp.swapaxes(x, 0, 1), mask))
+    ys = jnp.swapaxes(ys, 0, 1)
+    return reverse_padded(ys, lengths) if reverse else ys
+
+
+def dc_bilstm_port(dropout_embed: float, dropout_pool: float, num_layers: int) -> Port:
+    """DC-Bi-LSTM (Ding et al. eq. 10-13) on ``DCBiLSTM``'s parameter tree."""
+
+    def forward(params, tokens, lengths, key):
+        keys = [None, None] if key is None else list(jax.random.split(key))
+        feats = [dropout(params["embed"]["embedding"][tokens], dropout_embed, keys[0])]
+        for i in range(num_layers):
+            layer = params["dense_bilstm"][f"layer_{i}"]
+            inp = jnp.concatenate(feats[::-1], -1)
+            feats.append(jnp.concatenate(
+                [naive_lstm(layer["fwd"], inp, lengths, False),
+                 naive_lstm(layer["bwd"], inp, lengths, True)], -1))
+        mask = length_mask(lengths, tokens.shape[1])[..., None]
+        pooled = (feats[-1] * mask).sum(1) / jnp.maximum(lengths, 1)[:, None]
+        pooled = dropout(pooled, dropout_pool, keys[1])
+        return pooled @ params["softmax"]["kernel"] + params["softmax"]["bias"]
+
+    return Port(forward)
+
+
+def naive_dense_gru(p: dict, w_hh: list[Array], x: Array, update: Array, pos: Array) -> Array:
+    """A DenseGRU layer (Zhao et al. eq. 2, 7-8) run at the input rate: at steps where
+    ``update[b, t]`` is false it copies its state (eq. 6); ``pos[t]`` is the block position
+    of an update at ``t``. Returns ``h`` at every step."""
+    batch = x.shape[0]
+    n = w_hh[0].shape[1] // 3
+
+    def gru(w, h, x_t, rec):
+        xw = x_t @ p["w_ih"] + p["b"]
+        r, z = jnp.split(jax.nn.sigmoid(xw[:, : 2 * n] + rec @ w[:, : 2 * n]), 2, -1)
+        reset = jnp.tile(r, rec.shape[-1] // n)
+        cand = jnp.tanh(xw[:, 2 * n :] + (reset * rec) @ w[:, 2 * n :])
+        return (1.0 - z) * h + z * cand
+
+    branches = [
+        lambda h, block, x_t, j=j: gru(
+            w_hh[j], h, x_t, h if j == 0 else block[:, :j].reshape(batch, j * n))
+        for j in range(len(w_hh))
+    ]
+
+    def body(state, inputs):
+        h, block = state
+        x_t, u_t, pos_t = inputs
+        h_new = jnp.where(u_t[:, None], jax.lax.switch(pos_t, branches, h, block, x_t), h)
+        slot = u_t[:, None, None] & (jnp.arange(len(w_hh)) == pos_t)[None, :, None]
+        return (h_new, jnp.where(slot, h_new[:, None], block)), h_new
+
+    state = (jnp.zeros((batch, n), x.dtype), jnp.zeros((batch, len(w_hh), n), x.dtype))
+    _, hs = jax.lax.scan(body, state, (jnp.swapaxes(x, 0, 1), update.T, pos))
+    return jnp.swapaxes(hs, 0, 1)
+
+
+def hm_port(depths: tuple[int, ...]) -> Port:
+    """HM-DenseGRU (Zhao et al. eq. 4-8) on ``HMTextClassifier``'s (``net="hm"``) parameters.
+
+    Layer ``l`` updates at input steps ``t`` with ``(t + 1) % stride_l == 0`` inside the
+    sequence; the classifier reads the top layer's state at the last real step.
+    """
+    schedule = layer_schedule(depths)
+
+    def forward(params, tokens, lengths, key):
+        x = params["embed"]["embedding"][tokens]
+        t = jnp.arange(tokens.shape[1])
+        for i, (stride, _, k) in enumerate(schedule):
+            layer = params["hm"][f"layer_{i}"]
+            w_hh = [layer[f"w_hh_{j}"] for j in range(1, k + 1)]
+            update = ((t + 1) % stride == 0)[None, :] & (
+                t[None, :] < (lengths[:, None] // stride) * stride)
+            pos = jnp.maximum((t + 1) // stride - 1, 0) % k
+            x = naive_dense_gru(layer, w_hh, x, update, pos)
+        last = jnp.take_along_axis(x, jnp.maximum(lengths - 1, 0)[:, None, None], 1)[:, 0]
+        return last @ params["softmax"]["kernel"] + params["softmax"]["bias"]
+
+    return Port(forward)

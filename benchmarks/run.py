@@ -1,0 +1,190 @@
+"""``python -m benchmarks.run [--quick] [--workloads a,b] [--out DIR]``: times every
+implementation of each workload in one process, round-robin over repeats, and prints a
+Markdown table (and writes ``results.json`` / ``table.md`` under ``--out``).
+
+Per implementation: median step time over the repeats and its spread ((max - min) /
+median), items/s, ours' speed as a multiple of it, achieved GFLOP/s and its fraction of the
+fastest roofline GEMM of the same run, compile time (first call), and peak RSS growth
+(measured in a fresh subprocess per implementation: build + 3 steps).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+from dense_rnn.platform import FAST_MALLOC_ENV, reexec_with_fast_malloc
+
+# PyTorch's OpenMP threads otherwise spin after each parallel region, competing with XLA's
+# threads in this process (and with other load): 2-10x slower, erratic PyTorch steps.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def _status_mb(field: str) -> float:
+    """A ``/proc/self/status`` memory field (``VmRSS``, ``VmHWM``) in MB."""
+    with open("/proc/self/status") as f:
+        line = next(x for x in f if x.startswith(field + ":"))
+    return int(line.split()[1]) / 1024
+
+
+def environment() -> dict:
+    """Machine, versions and the process environment that affects speed."""
+    import flax
+    import jax
+    import optax
+
+    try:
+        import torch
+
+        torch_info = {"torch": torch.__version__, "torch_threads": torch.get_num_threads()}
+    except ImportError:
+        torch_info = {"torch": "not installed"}
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                if line.startswith("model name")), platform.processor())
+    return {
+        "cpu": cpu, "cores": os.cpu_count(), "load_avg": os.getloadavg(),
+        "python": platform.python_version(), "jax": jax.__version__, "flax": flax.__version__,
+        "optax": optax.__version__, **torch_info, "jax_device": str(jax.devices()[0]),
+        "env": {k: os.environ.get(k, "")
+                for k in (*FAST_MALLOC_ENV, "OMP_WAIT_POLICY", "XLA_FLAGS")},
+    }
+
+
+def time_workload(w, repeats: int, min_time: float) -> dict[str, dict]:
+    """Builds every implementation, then times them round-robin ``repeats`` times."""
+    steps, out = {}, {}
+    for name, build in w.impls.items():
+        t0 = time.perf_counter()
+        steps[name] = build()
+        steps[name]()
+        compile_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        steps[name]()
+        iters = max(1, round(min_time / max(time.perf_counter() - t0, 1e-6)))
+        out[name] = {"compile_s": compile_s, "iters": iters, "times": []}
+    names = list(steps)
+    for r in range(repeats):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            t0 = time.perf_counter()
+            for _ in range(out[name]["iters"]):
+                steps[name]()
+            out[name]["times"].append((time.perf_counter() - t0) / out[name]["iters"])
+    return out
+
+
+def summarise(w, timings: dict[str, dict]) -> list[dict]:
+    from benchmarks.workloads import GEMM, OURS
+
+    rows = []
+    for name, t in timings.items():
+        med = statistics.median(t["times"])
+        work = w.gemm_flops if name.startswith(GEMM) else w.flops
+        rows.append({"impl": name, "step_ms": 1e3 * med,
+                     "spread": (max(t["times"]) - min(t["times"])) / med,
+                     "rate": None if name.startswith(GEMM) else w.items / med,
+                     "gflops": work / med / 1e9, "compile_s": t["compile_s"]})
+    roof = max(r["gflops"] for r in rows if r["impl"].startswith(GEMM))
+    ours = next(r for r in rows if r["impl"] == OURS)
+    for r in rows:
+        r["gemm_frac"] = r["gflops"] / roof
+        r["ours_x"] = None if r["rate"] is None else ours["rate"] / r["rate"]
+    return rows
+
+
+def probe(workload: str, impl: str) -> None:
+    """Subprocess mode: peak RSS growth (MB) of building ``impl`` and running 3 steps."""
+    from benchmarks.workloads import WORKLOADS
+
+    w = WORKLOADS[workload]()
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # resets the high-water mark VmHWM to the current RSS
+    base = _status_mb("VmRSS")
+    step = w.impls[impl]()
+    for _ in range(3):
+        step()
+    print(json.dumps({"rss_mb": _status_mb("VmHWM") - base}))
+
+
+def peak_rss(workload: str, impl: str) -> float | None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--probe", workload, impl],
+        capture_output=True, text=True, check=False)
+    if proc.returncode:
+        print(f"memory probe {workload}/{impl} failed: {proc.stderr[-500:]}", file=sys.stderr)
+        return None
+    return json.loads(proc.stdout.strip().splitlines()[-1])["rss_mb"]
+
+
+def _fmt(v: float | None, spec: str) -> str:
+    return "—" if v is None else format(v, spec)
+
+
+def markdown(results: list[dict]) -> str:
+    lines = ["| workload | implementation | step ms | spread | items/s | ours × | GFLOP/s "
+             "| % GEMM | compile s | peak RSS MB |", "|" + " --- |" * 10]
+    for res in results:
+        for r in res["rows"]:
+            lines.append(
+                f"| {res['workload']} | {r['impl']} | {r['step_ms']:.2f} | "
+                f"{100 * r['spread']:.0f}% | {_fmt(r['rate'], ',.0f')} {res['unit']} | "
+                f"{_fmt(r['ours_x'], '.2f')} | {r['gflops']:.1f} | {100 * r['gemm_frac']:.0f}% | "
+                f"{r['compile_s']:.1f} | {_fmt(r.get('rss_mb'), '.0f')} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    from benchmarks.workloads import FULL, GEMM, OURS, QUICK, WORKLOADS
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="small workloads, few repeats (<1 min)")
+    p.add_argument("--workloads", help=f"comma-separated subset of {', '.join(WORKLOADS)}")
+    p.add_argument("--impls", help="comma-separated subset of implementation names")
+    p.add_argument("--repeats", type=int, help="round-robin repeats (default 3 quick, 5 full)")
+    p.add_argument("--min_time", type=float, help="seconds per timed repeat (0.1 / 0.6)")
+    p.add_argument("--memory", action=argparse.BooleanOptionalAction, default=None,
+                   help="measure peak RSS in subprocesses (default: on, off with --quick)")
+    p.add_argument("--out", help="directory for results.json and table.md")
+    p.add_argument("--probe", nargs=2, metavar=("WORKLOAD", "IMPL"), help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.probe:
+        probe(*a.probe)
+        return []
+    names = a.workloads.split(",") if a.workloads else (QUICK if a.quick else FULL)
+    repeats = a.repeats or (3 if a.quick else 5)
+    min_time = a.min_time or (0.1 if a.quick else 0.6)
+    env = environment()
+    print(json.dumps(env), flush=True)
+    results = []
+    for name in names:
+        w = WORKLOADS[name]()
+        if a.impls:  # ours and the rooflines are always kept
+            keep = {*a.impls.split(","), OURS}
+            w = dataclasses.replace(w, impls={k: v for k, v in w.impls.items()
+                                              if k in keep or k.startswith(GEMM)})
+        rows = summarise(w, time_workload(w, repeats, min_time))
+        if a.memory or (a.memory is None and not a.quick):
+            for r in rows:
+                r["rss_mb"] = peak_rss(name, r["impl"])
+        results.append({"workload": w.name, "unit": w.unit, "flops": w.flops, "rows": rows})
+        print(markdown(results[-1:]), flush=True)
+    table = markdown(results)
+    print("\n" + table)
+    if a.out:
+        os.makedirs(a.out, exist_ok=True)
+        with open(os.path.join(a.out, "results.json"), "w") as f:
+            json.dump({"environment": env, "argv": sys.argv, "results": results}, f, indent=1)
+        with open(os.path.join(a.out, "table.md"), "w") as f:
+            f.write(table + "\n")
+    return results
+
+
+if __name__ == "__main__":
+    reexec_with_fast_malloc()
+    main()

@@ -1,0 +1,225 @@
+"""Benchmark workloads: for each, the implementations to time side by side.
+
+An implementation is a builder: called once, it sets up parameters and data and returns a
+``step()`` that runs one training (or evaluation) step to completion. Ours always go
+through the library's own trainer functions (``dense_rnn.train.lm`` / ``.classify``), i.e.
+exactly what the ``experiments`` binaries run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from benchmarks import flops, peers
+from dense_rnn.configs import ptb
+from dense_rnn.configs.dc_bilstm import dense_features
+from dense_rnn.train import classify, lm
+
+Step = Callable[[], None]
+Builder = Callable[[], Step]
+OURS = "ours"
+GEMM = "gemm"  # implementation names starting with this are rooflines
+LR_STEPS_PER_EPOCH = 1000  # only shapes the learning-rate schedule
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """A step shape: ``items`` tokens (or examples) and ``flops`` per step, and its builders.
+
+    ``gemm_flops`` is the FLOP count of one roofline product (implementations named
+    ``gemm*``)."""
+
+    name: str
+    unit: str
+    items: int
+    flops: int
+    gemm_flops: int
+    impls: dict[str, Builder]
+
+
+def _jax_loop(fn: Callable, state: list) -> Step:
+    """A step that feeds ``state`` through ``fn(*state) -> (new_state, result)``."""
+
+    def step() -> None:
+        state[:], out = fn(*state)
+        jax.block_until_ready(out)
+
+    return step
+
+
+def gemm_impls(m: int, k: int, n: int) -> dict[str, Builder]:
+    """The roofline: one fp32 ``(m, k) @ (k, n)`` product in XLA and in PyTorch."""
+
+    def xla() -> Step:
+        a, b = jnp.ones((m, k)), jnp.ones((k, n))
+        f = jax.jit(jnp.dot)
+        return lambda: jax.block_until_ready(f(a, b))
+
+    def torch_mm() -> Step:
+        import torch
+
+        a, b, out = torch.ones(m, k), torch.ones(k, n), torch.empty(m, n)
+        return lambda: torch.mm(a, b, out=out)
+
+    return {f"{GEMM} xla": xla, f"{GEMM} torch": torch_mm}
+
+
+def _lm_data(c: ptb.LMConfig, batch: int, time: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, c.vocab_size, (batch, time + 1), dtype=np.int32)
+    return ids[:, :-1], ids[:, 1:]
+
+
+def _zero_carries(c: ptb.LMConfig, batch: int) -> tuple:
+    return tuple((jnp.zeros((batch, c.hidden_size)), jnp.zeros((batch, c.hidden_size)))
+                 for _ in range(c.num_layers))
+
+
+def lm_workload(name: str, train: bool = True) -> Workload:
+    """A PTB config's training step at its own (batch, num_steps), or its evaluation step
+    at (eval_batch_size, num_steps)."""
+    c = ptb.CONFIGS[name]
+    batch, time = (c.batch_size if train else c.eval_batch_size), c.num_steps
+    x, y = _lm_data(c, batch, time)
+    key = jax.random.key(c.seed)
+
+    def jax_impl(model) -> Step:
+        params = model.init(key, jnp.asarray(x), _zero_carries(c, batch))["params"]
+        if not train:
+            eval_step = lm.make_eval_step(model)
+
+            def evaluate(carries):
+                carries, nll = eval_step(params, carries, x, y)
+                return [carries], nll
+
+            return _jax_loop(evaluate, [_zero_carries(c, batch)])
+        tx = lm.make_optimizer(c, LR_STEPS_PER_EPOCH)
+        train_step = lm.make_train_step(model, tx, c.seed)
+
+        def fn(p, o, cr, i):
+            p, o, cr, nll = train_step(p, o, cr, x, y, i)
+            return [p, o, cr, i + 1], nll
+
+        return _jax_loop(fn, [params, tx.init(params), _zero_carries(c, batch), 0])
+
+    def torch_impl() -> Step:
+        import torch
+
+        torch.manual_seed(c.seed)
+        model = peers.torch_lm(c.vocab_size, c.embed_size, c.hidden_size, c.num_layers,
+                               c.connectivity, c.dropout_rate)
+        tx, ty = torch.from_numpy(x).long(), torch.from_numpy(y).long()
+        n_lstm = len(model.lstms)
+        layers = 1 if c.connectivity == "dense" else c.num_layers
+        carries = [(torch.zeros(layers, batch, c.hidden_size),) * 2 for _ in range(n_lstm)]
+        opt = torch.optim.SGD(model.parameters(), lr=c.learning_rate)
+        model.train(train)
+
+        def step() -> None:
+            if not train:
+                with torch.no_grad():
+                    logits, new = model(tx, carries)
+                    torch.nn.functional.cross_entropy(
+                        logits.reshape(-1, c.vocab_size), ty.reshape(-1), reduction="sum")
+            else:
+                opt.zero_grad(set_to_none=True)
+                logits, new = model(tx, carries)
+                loss = torch.nn.functional.cross_entropy(
+                    logits.reshape(-1, c.vocab_size), ty.reshape(-1), reduction="sum") / batch
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), c.max_grad_norm)
+                opt.step()
+            carries[:] = [(h.detach(), s.detach()) for h, s in new]
+
+        return step
+
+    flax_model = peers.FlaxLSTMLM(c.vocab_size, c.embed_size, c.hidden_size, c.num_layers,
+                                  c.connectivity, c.dropout_rate, c.init_scale)
+    factor = flops.TRAIN_FACTOR if train else 1
+    return Workload(
+        name=f"{name} {'train' if train else 'eval'} B={batch} T={time}",
+        unit="tok/s", items=batch * time, flops=factor * flops.lm_forward(c, batch, time),
+        gemm_flops=flops.matmul(*flops.lm_softmax_shape(c, batch, time)),
+        impls={OURS: lambda: jax_impl(lm.make_model(c)), "flax nn.RNN": lambda: jax_impl(
+            flax_model), "torch nn.LSTM": torch_impl,
+            **gemm_impls(*flops.lm_softmax_shape(c, batch, time))},
+    )
+
+
+def classifier_workload(config: str, batch: int, time: int, port: peers.Port, port_name: str,
+                        forward_flops: Callable, gemm_shape: tuple[int, int, int],
+                        vocab_size: int = 20_000, num_classes: int = 5) -> Workload:
+    """A classifier config's training step on ``(batch, time)`` tokens with lengths drawn in
+    ``[time / 2, time]``, ours against ``port`` on the same parameters and trainer."""
+    c, _ = classify.get_config(config)
+    rng = np.random.default_rng(0)
+    data = {
+        "tokens": rng.integers(0, vocab_size, (batch, time), dtype=np.int32),
+        "lengths": rng.integers(time // 2, time + 1, batch, dtype=np.int32),
+        "labels": rng.integers(0, num_classes, batch, dtype=np.int32),
+        "weights": np.ones(batch, np.float32),
+    }
+    model = classify.make_model(c, vocab_size, num_classes)
+
+    def jax_impl(apply_model) -> Step:
+        params = classify.init_params(model, jax.random.key(c.seed))
+        tx = classify.make_optimizer(c, params)
+        train_step, _ = classify.make_steps(apply_model, tx, c)
+
+        def fn(p, o, i):
+            p, o, loss, _ = train_step(p, o, data, i)
+            return [p, o, i + 1], loss
+
+        return _jax_loop(fn, [params, tx.init(params), 0])
+
+    return Workload(
+        name=f"{config} train B={batch} T={time}", unit="ex/s", items=batch,
+        flops=flops.TRAIN_FACTOR * forward_flops(c, batch, time, num_classes),
+        gemm_flops=flops.matmul(*gemm_shape),
+        impls={OURS: lambda: jax_impl(model), port_name: lambda: jax_impl(port),
+               f"{GEMM} xla": gemm_impls(*gemm_shape)[f"{GEMM} xla"]},
+    )
+
+
+def dc_bilstm_workload(batch: int = 200, time: int = 50, config: str = "dc_bilstm"
+                       ) -> Workload:
+    c, _ = classify.get_config(config)
+    a = c.model_args
+    n_layers = len(dense_features(a["dl"], a["dh"], a["th"]))
+    top_in = c.embed_size + 2 * a["dl"] * a["dh"]
+    return classifier_workload(
+        config, batch, time,
+        peers.dc_bilstm_port(a["dropout_embed"], a["dropout_pool"], n_layers),
+        "lax.scan port", flops.dc_bilstm_forward, (batch * time, top_in, 4 * a["th"]))
+
+
+def hm_workload(config: str = "hm_densegru_128", batch: int = 32, time: int = 400) -> Workload:
+    c, _ = classify.get_config(config)
+    a = c.model_args
+    return classifier_workload(
+        config, batch, time, peers.hm_port(tuple(a["depths"])), "lax.scan port",
+        flops.hm_forward, (batch * time, c.embed_size, 3 * a["features"]))
+
+
+WORKLOADS: dict[str, Callable[[], Workload]] = {
+    "zaremba_small": lambda: lm_workload("zaremba_small"),
+    "zaremba_medium": lambda: lm_workload("zaremba_medium"),
+    "godin_dense_200x2": lambda: lm_workload("godin_dense_200x2"),
+    "godin_dense_200x4": lambda: lm_workload("godin_dense_200x4"),
+    "dc_bilstm": dc_bilstm_workload,
+    "hm_densegru": hm_workload,
+    "eval_zaremba_medium": lambda: lm_workload("zaremba_medium", train=False),
+    "eval_godin_dense_200x2": lambda: lm_workload("godin_dense_200x2", train=False),
+    # Small shapes for --quick and tests.
+    "tiny_lm": lambda: lm_workload("tiny"),
+    "dc_bilstm_small": lambda: dc_bilstm_workload(32, 20, "dc_bilstm_t4_dl5_dh10"),
+    "hm_densegru_small": lambda: hm_workload(batch=8, time=32),
+}
+FULL = ("zaremba_small", "zaremba_medium", "godin_dense_200x2", "godin_dense_200x4",
+        "dc_bilstm", "hm_densegru", "eval_zaremba_medium", "eval_godin_dense_200x2")
+QUICK = ("zaremba_small", "dc_bilstm_small", "hm_densegru_small")
