@@ -17,6 +17,7 @@ import numpy as np
 
 from benchmarks import flops, peers
 from dense_rnn.configs import ptb
+from dense_rnn.configs.classifier import ClassifierConfig
 from dense_rnn.configs.dc_bilstm import dense_features
 from dense_rnn.train import classify, lm
 
@@ -151,12 +152,12 @@ def lm_workload(name: str, train: bool = True) -> Workload:
     )
 
 
-def classifier_workload(config: str, batch: int, time: int, port: peers.Port, port_name: str,
-                        forward_flops: Callable, gemm_shape: tuple[int, int, int],
-                        vocab_size: int = 20_000, num_classes: int = 5) -> Workload:
+def classifier_workload(c: ClassifierConfig, batch: int, time: int, port: peers.Port,
+                        port_name: str, forward_flops: Callable,
+                        gemm_shape: tuple[int, int, int], vocab_size: int = 20_000,
+                        num_classes: int = 5) -> Workload:
     """A classifier config's training step on ``(batch, time)`` tokens with lengths drawn in
     ``[time / 2, time]``, ours against ``port`` on the same parameters and trainer."""
-    c, _ = classify.get_config(config)
     rng = np.random.default_rng(0)
     data = {
         "tokens": rng.integers(0, vocab_size, (batch, time), dtype=np.int32),
@@ -178,7 +179,7 @@ def classifier_workload(config: str, batch: int, time: int, port: peers.Port, po
         return _jax_loop(fn, [params, tx.init(params), 0])
 
     return Workload(
-        name=f"{config} train B={batch} T={time}", unit="ex/s", items=batch,
+        name=f"{c.name} train B={batch} T={time}", unit="ex/s", items=batch,
         flops=flops.TRAIN_FACTOR * forward_flops(c, batch, time, num_classes),
         gemm_flops=flops.matmul(*gemm_shape),
         impls={OURS: lambda: jax_impl(model), port_name: lambda: jax_impl(port),
@@ -186,14 +187,17 @@ def classifier_workload(config: str, batch: int, time: int, port: peers.Port, po
     )
 
 
-def dc_bilstm_workload(batch: int = 200, time: int = 50, config: str = "dc_bilstm"
-                       ) -> Workload:
-    c, _ = classify.get_config(config)
+def dc_bilstm_workload(batch: int = 200, time: int = 50, dl: int | None = None) -> Workload:
+    """The ``dc_bilstm`` config (15 x 13 + 100), or with ``dl`` dense layers (quick runs)."""
+    c, _ = classify.get_config("dc_bilstm")
+    if dl is not None:
+        c = dataclasses.replace(c, name=f"dc_bilstm_dl{dl}", model_args={**c.model_args,
+                                                                         "dl": dl})
     a = c.model_args
     n_layers = len(dense_features(a["dl"], a["dh"], a["th"]))
     top_in = c.embed_size + 2 * a["dl"] * a["dh"]
     return classifier_workload(
-        config, batch, time,
+        c, batch, time,
         peers.dc_bilstm_port(a["dropout_embed"], a["dropout_pool"], n_layers),
         "lax.scan port", flops.dc_bilstm_forward, (batch * time, top_in, 4 * a["th"]))
 
@@ -202,7 +206,7 @@ def hm_workload(config: str = "hm_densegru_128", batch: int = 32, time: int = 40
     c, _ = classify.get_config(config)
     a = c.model_args
     return classifier_workload(
-        config, batch, time, peers.hm_port(tuple(a["depths"])), "lax.scan port",
+        c, batch, time, peers.hm_port(tuple(a["depths"])), "lax.scan port",
         flops.hm_forward, (batch * time, c.embed_size, 3 * a["features"]))
 
 
@@ -217,7 +221,7 @@ WORKLOADS: dict[str, Callable[[], Workload]] = {
     "eval_godin_dense_200x2": lambda: lm_workload("godin_dense_200x2", train=False),
     # Small shapes for --quick and tests.
     "tiny_lm": lambda: lm_workload("tiny"),
-    "dc_bilstm_small": lambda: dc_bilstm_workload(32, 20, "dc_bilstm_t4_dl5_dh10"),
+    "dc_bilstm_small": lambda: dc_bilstm_workload(32, 20, dl=2),
     "hm_densegru_small": lambda: hm_workload(batch=8, time=32),
 }
 FULL = ("zaremba_small", "zaremba_medium", "godin_dense_200x2", "godin_dense_200x4",
