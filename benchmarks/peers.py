@@ -190,7 +190,7 @@ def hm_port(depths: tuple[int, ...]) -> Port:
     """HM-DenseGRU (Zhao et al. eq. 4-8) on ``HMTextClassifier``'s (``net="hm"``) parameters.
 
     Layer ``l`` updates at input steps ``t`` with ``(t + 1) % stride_l == 0`` inside the
-    sequence; the classifier reads the top layer's state at the last real step.
+    sequence and at its last real step; the classifier reads the top layer's state there.
     """
     schedule = layer_schedule(depths)
 
@@ -200,9 +200,10 @@ def hm_port(depths: tuple[int, ...]) -> Port:
         for i, (stride, _, k) in enumerate(schedule):
             layer = params["hm"][f"layer_{i}"]
             w_hh = [layer[f"w_hh_{j}"] for j in range(1, k + 1)]
-            update = ((t + 1) % stride == 0)[None, :] & (
-                t[None, :] < (lengths[:, None] // stride) * stride)
-            pos = jnp.maximum((t + 1) // stride - 1, 0) % k
+            inside = t[None, :] < lengths[:, None]
+            update = (((t + 1) % stride == 0)[None, :] & inside) | (
+                t[None, :] == lengths[:, None] - 1)
+            pos = (-(-(t + 1) // stride) - 1) % k
             x = naive_dense_gru(layer, w_hh, x, update, pos)
         last = jnp.take_along_axis(x, jnp.maximum(lengths - 1, 0)[:, None, None], 1)[:, 0]
         return last @ params["softmax"]["kernel"] + params["softmax"]["bias"]

@@ -9,8 +9,13 @@ holds the layer's distinct states of the block (its updates so far, or at the bl
 first update the state carried from the previous block).
 
 Copies carry no computation, so layer ``l`` is run as a ``DenseRecurrent`` layer over the
-strided sequence of the lower layer's block-end states (``T / k^(l-1)`` steps), with
-lengths ``length // k^(l-1)``: a trailing partial block never reaches the layer above.
+strided sequence of the lower layer's block-end states (``ceil(T / k^(l-1))`` steps).
+
+Where a sequence ends inside a block of the layer below, the layers above also update
+once at its last token (``update_points``), reading the lower layer's last state: eq. 6
+read literally would drop the trailing partial block from every layer above, leave the top
+layer at its initial state for sentences shorter than ``k^(L-1)`` tokens, and make the
+sentence vector ignore up to ``k^(L-1) - 1`` final words.
 
 Ablations (Table 3): ``multiscale=False`` updates every layer at every step (dense depth
 ``k^(l)`` on the full sequence); ``dense=False`` replaces every dense block by the plain
@@ -23,6 +28,7 @@ from collections.abc import Sequence
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 
 from dense_rnn import cells
 from dense_rnn.dense_block import DenseRecurrent
@@ -49,6 +55,22 @@ def layer_schedule(
     return out
 
 
+def update_points(x: Array, lengths: Array | None, sub: int) -> tuple[Array, Array | None]:
+    """The states of ``x (B, T, d)`` at which the layer above updates: every ``sub``-th
+    step (the block ends) and, where a sequence ends inside a block, its last real step.
+
+    Returns ``(x_sub (B, ceil(T / sub), d), lengths_sub = ceil(lengths / sub))``.
+    """
+    if sub == 1:
+        return x, lengths
+    t = x.shape[1]
+    ends = jnp.arange(-(-t // sub)) * sub + sub - 1
+    last = jnp.full((x.shape[0],), t - 1) if lengths is None else jnp.maximum(lengths - 1, 0)
+    idx = jnp.minimum(ends[None, :], last[:, None])
+    x = jnp.take_along_axis(x, idx[..., None], axis=1)
+    return x, None if lengths is None else -(-lengths // sub)
+
+
 class HMDenseStack(nn.Module):
     """``len(depths)`` dense recurrent layers of ``features`` units, hierarchical multiscale.
 
@@ -64,11 +86,11 @@ class HMDenseStack(nn.Module):
 
     @nn.compact
     def __call__(self, x: Array, lengths: Array | None = None) -> tuple[cells.Carry, list[Array]]:
-        outputs, carry, lens = [], None, lengths
-        for i, (stride, sub, k) in enumerate(layer_schedule(self.depths, self.multiscale,
-                                                            self.dense)):
-            x = x[:, sub - 1 :: sub]
-            lens = None if lengths is None else lengths // stride
-            carry, x = DenseRecurrent(self.cell, self.features, k, name=f"layer_{i}")(x, lens)
+        outputs, carry = [], None
+        for i, (_, sub, k) in enumerate(layer_schedule(self.depths, self.multiscale,
+                                                       self.dense)):
+            x, lengths = update_points(x, lengths, sub)
+            carry, x = DenseRecurrent(self.cell, self.features, k, name=f"layer_{i}")(
+                x, lengths)
             outputs.append(x)
         return carry, outputs

@@ -44,9 +44,10 @@ def hm_stack(cell, layer_params, xs, depths, multiscale=True, dense=True):
     """Eq. 4-6 literally over input time ``t = 1..T``; returns per-layer ``[(t, h)]`` of
     updates and the final ``h`` of every layer.
 
-    Layer ``l`` updates at step ``t`` iff ``l = 1`` or ``t ≡ 0 (mod k^(l-1))`` (always without
-    ``multiscale``); ``x~_t`` is the layer's state before the block (first update of the
-    block) or its states at the block's previous updates (copies between updates dropped);
+    Layer ``l`` updates at step ``t`` iff ``l = 1``, ``t ≡ 0 (mod k^(l-1))`` or ``t = T`` (the
+    sequence's last token; always without ``multiscale``); ``x~_t`` is the layer's state
+    before the block (first update of the block) or its states at the block's previous
+    updates (copies between updates dropped);
     the recurrent weight belongs to the update's position in the block (``dense=False``:
     always ``h_{t-1}`` and one weight).
     """
@@ -62,7 +63,7 @@ def hm_stack(cell, layer_params, xs, depths, multiscale=True, dense=True):
             k = depths[li]
             if (t - 1) % k == 0:
                 block_states[li] = []  # a new block of layer li starts at step t
-            if li and multiscale and t % depths[li - 1]:
+            if li and multiscale and t % depths[li - 1] and t != len(xs):
                 continue  # eq. 6, otherwise-branch: copy h^l_{t-1}
             prev = block_states[li] if dense else []
             rec = h[li] if not prev else np.concatenate(prev)

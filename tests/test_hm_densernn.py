@@ -40,11 +40,23 @@ def test_strided_stack_matches_literal_reference(cell, depths, multiscale, dense
         updates, h_final = ref.hm_stack(cell, p64, np.asarray(x[b, :n], np.float64), depths,
                                         multiscale, dense)
         for i, (stride, _, _) in enumerate(sched):
-            assert [t for t, _ in updates[i]] == [stride * (j + 1) for j in range(n // stride)]
-            got = outs[i][b, : n // stride]
+            ends = [stride * (j + 1) for j in range(n // stride)]
+            assert [t for t, _ in updates[i]] == ends + ([n] if n % stride else [])
+            got = outs[i][b, : -(-n // stride)]
             np.testing.assert_allclose(got, np.array([h for _, h in updates[i]]).reshape(
                 got.shape), atol=2e-5)
         np.testing.assert_allclose(cells.carry_output(carry)[b], h_final[-1], atol=2e-5)
+
+
+def test_short_sentences_reach_the_top_layer():
+    """A sequence that ends inside a block still updates every layer at its last token."""
+    stack = HMDenseStack("gru", H, (2, 4, 8))
+    x = jax.random.normal(jax.random.key(3), (2, 3, D))
+    params = stack.init(jax.random.key(1), x)
+    full, _ = stack.apply(params, x)
+    top, _ = stack.apply(params, x, jnp.array([3, 3]))
+    np.testing.assert_allclose(full, top, atol=1e-6)  # lengths=None: every step is real
+    assert np.all(np.abs(np.asarray(top)) > 0) and not np.allclose(top[0], top[1])
 
 
 def test_schedule_doubles_depth_and_strides():

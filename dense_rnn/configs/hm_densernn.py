@@ -81,6 +81,19 @@ PAPER_COUNT_MISMATCH = (
 )
 
 
+TABLE2_COLUMN = {"imdb": 1, "sst5": 2, "ag": 3}
+
+
+def paper_accuracy(name: str, dataset: str) -> float | None:
+    """The paper's accuracy (%) for a named config on a dataset (Table 2 or 3), or None."""
+    if "_no_" in name:
+        return TABLE3["no_" + name.split("_no_")[1]] if dataset == "sst5" else None
+    model, units = name.rsplit("_", 1)
+    if model not in TABLE2 or dataset not in TABLE2_COLUMN:
+        return None
+    return TABLE2[model][TABLE2_COLUMN[dataset]][UNITS.index(int(units))]
+
+
 def _model_args(model: str, units: int) -> dict:
     """``HMTextClassifier`` arguments of a Table 2 model name."""
     base = model.removeprefix("stacked_").removeprefix("hm_dense").removeprefix("dense")

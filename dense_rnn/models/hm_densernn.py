@@ -2,7 +2,7 @@
 
 embedding (300-d) -> recurrent net -> final hidden state of the top layer -> softmax.
 The paper gives no pooling or dropout, so none is used: the last state of the top layer
-(after each sequence's last real token it reaches) feeds the softmax layer.
+(every layer updates at each sequence's last real token) feeds the softmax layer.
 
 ``net``:
 * ``"stacked"``: ``layers`` plain ``cell`` layers (``RecurrentStack``): RNN, GRU, LSTM and

@@ -10,14 +10,13 @@ Model selection: the test accuracy reported is that of the epoch with the best d
 accuracy. ``select="test"`` reports instead the best test accuracy seen during training
 (Ding et al.'s protocol, optimistic), and says so in every output.
 
-Config families: every module in ``FAMILY_MODULES`` that exists provides ``CONFIGS`` and
-``paper_param_count(config, embed_size)``.
+Config families: every module in ``FAMILIES`` provides ``CONFIGS``,
+``paper_param_count(config, embed_size)`` and ``paper_accuracy(name, dataset)``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import itertools
 import math
 import os
@@ -35,6 +34,7 @@ from flax import traverse_util
 from jax.sharding import Mesh
 
 from dense_rnn import parallel, precision
+from dense_rnn.configs import dc_bilstm, hm_densernn
 from dense_rnn.configs.classifier import ClassifierConfig
 from dense_rnn.data import text_classification as tc
 from dense_rnn.data.glove import load_glove
@@ -42,7 +42,7 @@ from dense_rnn.errors import UserError
 from dense_rnn.models import CLASSIFIERS
 from dense_rnn.train import checkpoint, metrics
 
-FAMILY_MODULES = ("dense_rnn.configs.dc_bilstm", "dense_rnn.configs.hm_densernn")
+FAMILIES: tuple[ModuleType, ...] = (dc_bilstm, hm_densernn)
 # Fields that may change when a run is resumed; every other field must match.
 RESUMABLE_FIELDS = ("max_epochs", "early_stopping_patience", "checkpoint_every_steps",
                     "compute_dtype", "num_devices")
@@ -53,21 +53,9 @@ SELECTIONS = {
 EMBED_INIT_SCALE = 0.25  # uniform init of words without a pretrained vector (Kim 2014)
 
 
-def families() -> list[ModuleType]:
-    """The config family modules that exist (another family may not be written yet)."""
-    out = []
-    for name in FAMILY_MODULES:
-        try:
-            out.append(importlib.import_module(name))
-        except ModuleNotFoundError as e:
-            if e.name != name:
-                raise
-    return out
-
-
 def all_configs() -> dict[str, tuple[ClassifierConfig, ModuleType]]:
     """Every named classifier config with the family module that defines it."""
-    return {n: (c, fam) for fam in families() for n, c in fam.CONFIGS.items()}
+    return {n: (c, fam) for fam in FAMILIES for n, c in fam.CONFIGS.items()}
 
 
 def get_config(name: str) -> tuple[ClassifierConfig, ModuleType]:

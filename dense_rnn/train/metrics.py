@@ -13,8 +13,21 @@ from tensorboardX import SummaryWriter
 
 
 def device_description() -> str:
+    """``"NUMx KIND (PLATFORM)"``; on CPU also the processor model and core count."""
     d = jax.devices()[0]
-    return f"{jax.device_count()}x {d.device_kind} ({d.platform})"
+    text = f"{jax.device_count()}x {d.device_kind} ({d.platform})"
+    if d.platform == "cpu":
+        text += f", {_cpu_model()}, {os.cpu_count()} cores"
+    return text
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+    except OSError:
+        names = []
+    return names[0] if names else platform.processor() or "unknown processor"
 
 
 def versions() -> dict[str, str]:
