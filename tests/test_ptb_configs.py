@@ -3,7 +3,7 @@
 Hand counts (V = 10,000; LSTM layer with input d, hidden n: 4n(d+n) weights + 4n biases;
 softmax: s*V + V; embedding: V*e):
 
-zaremba_small / godin_stacked_200x2: 2,000,000 + 2*320,800 + 2,010,000         = 4,651,600
+zaremba_small(_dropout) / godin_stacked_200x2: 2,000,000 + 2*320,800 + 2,010,000         = 4,651,600
 godin_stacked_200x3:                 4,651,600 + 320,800                       = 4,972,400
 godin_stacked_350x2: 3,500,000 + 2*(980,000+1,400) + 3,510,000                 = 8,972,800
 zaremba_medium:      6,500,000 + 2*(3,380,000+2,600) + 6,510,000               = 19,775,200
@@ -22,6 +22,7 @@ from dense_rnn.train.lm import num_params
 
 HAND_COUNTS = {
     "zaremba_small": (4_651_600, "5M"),
+    "zaremba_small_dropout": (4_651_600, "5M"),
     "zaremba_medium": (19_775_200, "20M"),
     "zaremba_large": (66_022_000, "66M"),
     "godin_stacked_200x2": (4_651_600, "5M"),
@@ -51,6 +52,7 @@ def test_param_count(name):
 #       decay, decay_after, clip, epochs
 PINNED = {
     "zaremba_small": (200, 2, 200, "stacked", 0.0, False, 0.1, 20, 0.5, 4, 5.0, 13),
+    "zaremba_small_dropout": (200, 2, 200, "stacked", 0.5, False, 0.05, 35, 1 / 1.2, 6, 5.0, 39),
     "zaremba_medium": (650, 2, 650, "stacked", 0.5, False, 0.05, 35, 1 / 1.2, 6, 5.0, 39),
     "zaremba_large": (1500, 2, 1500, "stacked", 0.65, False, 0.04, 35, 1 / 1.15, 14, 10.0, 55),
     "godin_stacked_200x2": (200, 2, 200, "stacked", 0.6, False, 0.05, 35, 0.95, 6, 3.0, 100),
@@ -74,3 +76,15 @@ def test_config_values(name):
     assert got == PINNED[name]
     assert (c.batch_size, c.learning_rate, c.vocab_size) == (20, 1.0, 10_000)
     assert c.early_stopping_patience == (0 if name.startswith("zaremba") else 10)
+
+
+def test_bad_values_are_refused_in_one_line():
+    import dataclasses
+
+    from dense_rnn.errors import UserError
+
+    base = CONFIGS["tiny"]
+    for bad in ({"batch_size": 0}, {"connectivity": "foo"}, {"dropout_rate": 1.5},
+                {"num_layers": 0}):
+        with pytest.raises(UserError, match=f"config tiny: {next(iter(bad))}"):
+            dataclasses.replace(base, **bad)

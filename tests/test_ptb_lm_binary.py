@@ -184,3 +184,28 @@ def test_other_config_and_nan_keep_the_checkpoint(corpus_dir, tmp_path):
     step_after, after = latest_params(workdir)
     assert step_after == step
     assert_bitwise_equal(before, after)
+
+
+def test_bad_workdirs_and_files(corpus_dir, tmp_path):
+    # A run that fails before its first checkpoint leaves its workdir free for any config.
+    w = tmp_path / "w"
+    one_line_error(run_binary("--config=tiny", f"--data_dir={tmp_path / 'missing'}",
+                              f"--workdir={w}"), "does not exist")
+    assert not (w / "run_identity.json").exists()
+    (tmp_path / "file").write_text("x")
+    one_line_error(run_binary("--config=tiny", f"--data_dir={corpus_dir}",
+                              f"--workdir={tmp_path / 'file'}"), "cannot use --workdir")
+    bad = tmp_path / "bad_identity"
+    bad.mkdir()
+    (bad / "run_identity.json").write_text("{not json")
+    one_line_error(run_binary("--config=tiny", f"--data_dir={corpus_dir}", f"--workdir={bad}"),
+                   "run_identity.json is unreadable")
+    # Binary bytes far past the start of a split file.
+    data = tmp_path / "binary_tail"
+    data.mkdir()
+    for split in ("train", "valid", "test"):
+        text = open(os.path.join(corpus_dir, f"ptb.{split}.txt"), "rb").read()
+        (data / f"ptb.{split}.txt").write_bytes(text * 60 + (b"\xff\xfe\x00" * 10
+                                                            if split == "test" else b""))
+    one_line_error(run_binary("--config=tiny", f"--data_dir={data}",
+                              f"--workdir={tmp_path / 'w2'}"), "is not UTF-8 text")

@@ -15,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from dense_rnn.errors import UserError
+
 
 @dataclasses.dataclass(frozen=True)
 class LMConfig:
@@ -49,6 +51,18 @@ class LMConfig:
     paper_valid_ppl: float = 0.0
     paper_test_ppl: float = 0.0
 
+    def __post_init__(self) -> None:
+        """Rejects values no model or recipe can take (flag overrides land here)."""
+        problems = [f"{k}={getattr(self, k)} must be positive" for k in (
+            "hidden_size", "num_layers", "embed_size", "vocab_size", "batch_size", "num_steps",
+            "eval_batch_size", "max_epochs", "scan_unroll") if getattr(self, k) < 1]
+        if self.connectivity not in ("stacked", "dense"):
+            problems.append(f"connectivity={self.connectivity!r} must be stacked or dense")
+        if not 0.0 <= self.dropout_rate < 1.0:
+            problems.append(f"dropout_rate={self.dropout_rate} must be in [0, 1)")
+        if problems:
+            raise UserError(f"config {self.name}: {'; '.join(problems)}")
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -74,8 +88,12 @@ def _godin(name, hidden, layers, connectivity, dropout, params, v, t, **kw):
 CONFIGS: dict[str, LMConfig] = {
     c.name: c
     for c in [
-        # Zaremba et al. 2014 (small has no dropout; Godin's Table 1 rows 1-3 cite these).
+        # Zaremba et al. 2014 (small has no dropout); Godin's Table 1 rows 2-3 cite medium
+        # and large. Its row 1 is Godin et al.'s own 200x2 run with dropout in Zaremba's
+        # medium setup (their footnote): ``zaremba_small_dropout``.
         _zaremba("zaremba_small", 200, 20, 0.1, 0.0, 13, 0.5, 4, 5.0, "5M", 120.7, 114.5),
+        _zaremba("zaremba_small_dropout", 200, 35, 0.05, 0.5, 39, 1 / 1.2, 6, 5.0, "5M",
+                 104.5, 100.4),
         _zaremba("zaremba_medium", 650, 35, 0.05, 0.5, 39, 1 / 1.2, 6, 5.0, "20M", 86.2, 82.7),
         _zaremba("zaremba_large", 1500, 35, 0.04, 0.65, 55, 1 / 1.15, 14, 10.0, "66M", 82.2, 78.4),
         # Godin et al. 2017, Table 1. The 350x2 dropout is not stated; 0.6 (as for 200) is used.

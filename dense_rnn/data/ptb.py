@@ -42,16 +42,17 @@ def _check_text_file(path: str) -> None:
                         "ptb.train.txt, ptb.valid.txt and ptb.test.txt")
     if os.path.getsize(path) == 0:
         raise UserError(f"PTB file {path} is empty; restore it from the PTB distribution")
-    with open(path, "rb") as f:
-        head = f.read(1 << 16)
+    decoder = codecs.getincrementaldecoder("utf-8")()
     try:
-        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
-        text_like = b"\0" not in head
-    except UnicodeDecodeError:
-        text_like = False
-    if not text_like:
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                if b"\0" in chunk:
+                    raise UnicodeError
+                decoder.decode(chunk)
+        decoder.decode(b"", final=True)
+    except UnicodeError:
         raise UserError(f"PTB file {path} is not UTF-8 text; point --data_dir at the "
-                        "plain-text PTB files")
+                        "plain-text PTB files") from None
 
 
 def _load_lines(data_dir: str | None, hf_dataset: str | None) -> dict[str, list[str]]:

@@ -23,45 +23,74 @@ def _manager(path: str, max_to_keep: int) -> ocp.CheckpointManager:
     return ocp.CheckpointManager(os.path.abspath(path), options=options)
 
 
+IDENTITY_FILE = "run_identity.json"
+
+
+def read_identity(workdir: str) -> dict[str, Any] | None:
+    """The identity of the run in ``workdir`` (``run_identity.json``), or None."""
+    path = os.path.join(workdir, IDENTITY_FILE)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            identity = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UserError(f"{path} is unreadable ({type(e).__name__}); restore it, or use a "
+                        "new --workdir") from None
+    if not isinstance(identity, dict):
+        raise UserError(f"{path} is not a run identity; use a new --workdir")
+    return identity
+
+
 class Checkpointer:
     """Latest and best checkpoints of one run.
 
     ``identity`` is the part of the config that must not change across a resume (the
-    model and its data); a workdir written under another identity is refused.
+    model and its data); a workdir written under another identity is refused. The identity
+    is written with the first checkpoint, so a run that fails before saving anything leaves
+    the workdir free for any config.
     """
 
     def __init__(self, workdir: str, identity: dict[str, Any], max_to_keep: int = 2):
         self.workdir = workdir
         self.identity = identity
-        os.makedirs(workdir, exist_ok=True)
-        self._check_identity()
+        try:
+            os.makedirs(workdir, exist_ok=True)
+        except OSError as e:
+            raise UserError(f"cannot use --workdir={workdir}: {e.strerror}") from None
+        stored = read_identity(workdir)
+        if stored is not None:
+            self._check_identity(stored)
+        self._identity_written = stored is not None
         self._latest = _manager(os.path.join(workdir, "checkpoints"), max_to_keep)
         self._best = _manager(os.path.join(workdir, "best"), 1)
 
-    def _check_identity(self) -> None:
-        path = os.path.join(self.workdir, "run_identity.json")
-        if os.path.exists(path):
-            with open(path) as f:
-                stored = json.load(f)
-            diff = sorted(k for k in set(stored) | set(self.identity)
-                          if stored.get(k) != self.identity.get(k))
-            if diff:
-                shown = ", ".join(f"{k}: {stored.get(k)!r} -> {self.identity.get(k)!r}"
-                                  for k in diff[:4])
-                raise UserError(
-                    f"workdir {self.workdir} holds a run of another config ({shown}); "
-                    "use a new --workdir, or the same config to resume"
-                )
-        else:
-            tmp = path + ".tmp"
-            with open(tmp, "w") as f:
-                json.dump(self.identity, f, indent=1, sort_keys=True)
-            os.replace(tmp, path)
+    def _check_identity(self, stored: dict[str, Any]) -> None:
+        diff = sorted(k for k in set(stored) | set(self.identity)
+                      if stored.get(k) != self.identity.get(k))
+        if diff:
+            shown = ", ".join(f"{k}: {stored.get(k)!r} -> {self.identity.get(k)!r}"
+                              for k in diff[:4])
+            raise UserError(
+                f"workdir {self.workdir} holds a run of another config ({shown}); "
+                "use a new --workdir, or the same config to resume"
+            )
+
+    def _write_identity(self) -> None:
+        if self._identity_written:
+            return
+        path = os.path.join(self.workdir, IDENTITY_FILE)
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.identity, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+        self._identity_written = True
 
     def latest_step(self) -> int | None:
         return self._latest.latest_step()
 
     def save(self, step: int, state: Any, meta: dict[str, Any]) -> None:
+        self._write_identity()
         self._latest.save(
             step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                           meta=ocp.args.JsonSave(meta)), force=True)
@@ -77,6 +106,7 @@ class Checkpointer:
                 step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract),
                                               meta=ocp.args.JsonRestore()))
         except (ValueError, KeyError, FileNotFoundError) as e:
+            self.close()
             raise UserError(
                 f"checkpoint {self.workdir}/checkpoints/{step} does not fit this config "
                 f"({type(e).__name__}); use a new --workdir"
@@ -84,6 +114,7 @@ class Checkpointer:
         return out.state, out.meta
 
     def save_best(self, step: int, params: Any, meta: dict[str, Any]) -> None:
+        self._write_identity()
         self._best.save(
             step, args=ocp.args.Composite(params=ocp.args.StandardSave(params),
                                           meta=ocp.args.JsonSave(meta)), force=True)

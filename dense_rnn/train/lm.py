@@ -144,12 +144,12 @@ def _format_eta(seconds: float) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
 
 
-def _check_finite(value: float, step: int, workdir: str) -> None:
+def _check_finite(value: float, step: int, workdir: str, saved: bool) -> None:
     if not math.isfinite(value):
-        raise UserError(
-            f"training loss is {value} at step {step}; the last good checkpoint in "
-            f"{workdir}/checkpoints is kept: lower --learning_rate or --max_grad_norm and resume"
-        )
+        kept = (f"the last good checkpoint in {workdir}/checkpoints is kept: lower "
+                "--learning_rate or --max_grad_norm and resume" if saved else
+                "no checkpoint was saved yet: lower --learning_rate or --max_grad_norm")
+        raise UserError(f"training loss is {value} at step {step}; {kept}")
 
 
 @dataclasses.dataclass
@@ -175,12 +175,19 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
     test perplexity of the best-validation parameters. Returns the summary."""
     wall_start = time.time()
     identity = {k: v for k, v in c.to_dict().items() if k not in RESUMABLE_FIELDS}
-    ckpt = checkpoint.Checkpointer(workdir, identity)
     corpus = ptb.load_ptb(data_dir, hf_dataset)
     if len(corpus.vocab) > c.vocab_size:
         raise UserError(f"the corpus has {len(corpus.vocab)} word types but the config's "
                         f"vocab_size is {c.vocab_size}; pass --vocab_size={len(corpus.vocab)}")
-    ptb.write_vocab(os.path.join(workdir, ptb.VOCAB_FILE), corpus.vocab)  # for lm_infer
+    ckpt = checkpoint.Checkpointer(workdir, identity)
+    vocab_path = os.path.join(workdir, ptb.VOCAB_FILE)  # for lm_infer
+    if ckpt.latest_step() is not None and os.path.isfile(vocab_path) and (
+            ptb.read_vocab(vocab_path) != corpus.vocab):
+        ckpt.close()
+        raise UserError(f"{workdir} was trained on another corpus (its {ptb.VOCAB_FILE} "
+                        "differs from this --data_dir's vocabulary); pass the run's --data_dir "
+                        "or use a new --workdir")
+    ptb.write_vocab(vocab_path, corpus.vocab)
     model = make_model(c)
     mesh = parallel.make_mesh(c.num_devices)
     parallel.check_batch(c.batch_size, mesh)
@@ -263,7 +270,7 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
             if not (at_log or at_ckpt or stop or progress.step_in_epoch == steps_per_epoch):
                 continue
             value = float(pending_nll)  # waits for the device
-            _check_finite(value, progress.global_step, workdir)
+            _check_finite(value, progress.global_step, workdir, ckpt.latest_step() is not None)
             dt = time.time() - t0
             progress.train_seconds += dt
             progress.train_tokens += timed_steps * tokens_per_step

@@ -12,7 +12,6 @@ are mapped to ``<unk>``. Log-probabilities are natural logarithms (nats).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 from collections.abc import Callable, Iterable
@@ -55,12 +54,10 @@ def load(workdir: str, data_dir: str | None = None,
     """The best-validation parameters of the run in ``workdir``. A workdir written before
     runs saved ``vocab.txt`` needs ``data_dir``: the vocabulary is rebuilt from its
     ``ptb.train.txt``, as training built it."""
-    identity_path = os.path.join(workdir, "run_identity.json")
-    if not os.path.isfile(identity_path):
-        raise UserError(f"no training run in {workdir} (no run_identity.json); pass the "
-                        "--workdir of a finished experiments.ptb_lm run")
-    with open(identity_path) as f:
-        identity = json.load(f)
+    identity = checkpoint.read_identity(workdir)
+    if identity is None:
+        raise UserError(f"no training run in {workdir} (no {checkpoint.IDENTITY_FILE}); pass "
+                        "the --workdir of a finished experiments.ptb_lm run")
     known = {f.name for f in dataclasses.fields(LMConfig)}
     config = LMConfig(**{k: v for k, v in identity.items() if k in known})
     vocab_path = os.path.join(workdir, ptb.VOCAB_FILE)
@@ -192,8 +189,11 @@ def score_file(trained: TrainedLM, path: str) -> Scores:
     """Scores every non-empty line of ``path`` as one sentence (words split on spaces)."""
     if not os.path.isfile(path):
         raise UserError(f"no text file {path}; pass --text_file=FILE, one sentence a line")
-    with open(path, encoding="utf-8", errors="replace") as f:
-        sentences = [" ".join(line.split()) for line in f if line.strip()]
+    try:
+        with open(path, encoding="utf-8") as f:
+            sentences = [" ".join(line.split()) for line in f if line.strip()]
+    except UnicodeDecodeError:
+        raise UserError(f"text file {path} is not UTF-8 text; give one sentence a line") from None
     if not sentences:
         raise UserError(f"text file {path} holds no words")
     word_to_id = trained.word_to_id
