@@ -68,9 +68,9 @@ MODEL_ARG_FLAGS = _define_model_arg_flags()
 
 
 def resolve_config():
-    from dense_rnn.train.classify import get_config
+    from dense_rnn.train import classify
 
-    config, family = get_config(FLAGS.config)
+    config, family = classify.get_config(FLAGS.config)
     config = apply_overrides(config, OVERRIDES, FLAGS)
     given = {n: FLAGS[n].value for n in MODEL_ARG_FLAGS if FLAGS[n].present}
     unknown = sorted(set(given) - set(config.model_args))
@@ -79,6 +79,14 @@ def resolve_config():
                         f"{', '.join(unknown)}; its arguments: {', '.join(config.model_args)}")
     if given:
         config = dataclasses.replace(config, model_args={**config.model_args, **given})
+    if FLAGS.embeddings:  # the run takes the embedding size of the file
+        from dense_rnn.data.glove import glove_dim
+
+        config = dataclasses.replace(config, embed_size=glove_dim(FLAGS.embeddings))
+    try:
+        classify.num_params_without_embedding(config, num_classes=2)  # builds the model
+    except (ValueError, TypeError) as e:
+        raise UserError(f"config {config.name}: {e}") from None
     return config, family
 
 

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from dense_rnn.data import text_classification as tc
-from dense_rnn.data.glove import load_glove
+from dense_rnn.data.glove import glove_dim, load_glove
 from dense_rnn.errors import UserError
+from tests.conftest import DATA_DIR
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.environ.get("DENSE_RNN_DATA_DIR", os.path.join(REPO, "..", "shared", "data"))
@@ -130,6 +131,8 @@ def test_glove_txt_and_gz(tmp_path):
         load_glove(str(tmp_path / "bad.txt"))
     with pytest.raises(UserError, match="not found"):
         load_glove(str(tmp_path / "missing.txt"))
+    (tmp_path / "w2v.txt").write_text("2 3\n" + text)  # word2vec header line
+    assert load_glove(str(tmp_path / "w2v.txt"))[0] == glove_dim(str(tmp_path / "w2v.txt")) == 3
 
 
 def _toy_splits():
@@ -204,6 +207,9 @@ def test_dry_run():
     assert "model_args={'dl': 15, 'dh': 13, 'th': 100" in out
     out = _classify("--config=bilstm", "--dataset=sst2", "--th=100", "--dry_run").stdout
     assert "num_params_paper=320000\n" in out and "num_params=321202\n" in out
+    glove = os.path.join(DATA_DIR, "glove", "glove.6B.50d.txt.gz")
+    out = _classify("--config=dc_bilstm", f"--embeddings={glove}", "--dry_run").stdout
+    assert "embed_size=50\n" in out and "num_params_paper=814200\n" in out  # what runs log
 
 
 @pytest.mark.parametrize("args,message", [
@@ -211,11 +217,17 @@ def test_dry_run():
     (["--dataset=nope"], "unknown dataset 'nope'"),
     (["--data_dir=/nonexistent"], "data directory /nonexistent not found"),
     (["--embeddings=/nonexistent.txt"], "embeddings file /nonexistent.txt not found"),
+    (["--dl=-1"], "dl=-1, dh=3, th=4: dl and dh must be >= 0"),
+    (["--config=hm_densegru_64", "--cell=foo"], "unknown cell 'foo'"),
+    (["--dropout_pool=1.5"], "dropout_pool=1.5 must be in [0, 1)"),
+    (["--dataset=mr", "--folds=12"], "--folds [12] out of range: mr has 10 fold(s)"),
+    (["--max_len=-3"], "--max_len=-3: give a positive token count"),
 ])
 def test_bad_flags_one_line(tmp_path, args, message):
     _toy_data(tmp_path)
     base = [f"--data_dir={tmp_path}", "--dataset=trec", f"--workdir={tmp_path}/w"]
-    r = _classify(*base, *SMALL, *args, check=False)
+    small = [] if any(a.startswith("--config") for a in args) else SMALL
+    r = _classify(*base, *small, *args, check=False)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
 

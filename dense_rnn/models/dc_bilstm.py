@@ -1,7 +1,9 @@
 """DC-Bi-LSTM sentence classifier (Ding et al. 2018, Sec. 3.3, eq. 10-13).
 
 embedding -> dropout -> dense Bi-LSTM module (``dl`` layers of ``dh`` units, layer ``l``
-reading ``M^{l-1} = [e; h^1; ...; h^{l-1}]``) -> top Bi-LSTM of ``th`` units reading
+reading ``M^{l-1} = [e; h^1; ...; h^{l-1}]``; ``RecurrentStack`` concatenates it newest
+first, ``[h^{l-1}; ...; h^1; e]``, the same layer up to a permutation of the rows of its
+input weights) -> top Bi-LSTM of ``th`` units reading
 ``M^{dl}`` -> average pooling over real tokens -> dropout -> softmax layer.
 ``dl = 0`` (or ``dh = 0``) is the plain Bi-LSTM baseline.
 """
@@ -48,6 +50,12 @@ class DCBiLSTM(nn.Module):
 
     @nn.compact
     def __call__(self, tokens: Array, lengths: Array, deterministic: bool = True) -> Array:
+        if self.dl < 0 or self.dh < 0 or self.th < 1:
+            raise ValueError(f"dl={self.dl}, dh={self.dh}, th={self.th}: dl and dh must be "
+                             ">= 0 and th >= 1")
+        for name in ("dropout_embed", "dropout_pool"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name}={getattr(self, name)} must be in [0, 1)")
         e = nn.Embed(self.vocab_size, self.embed_size, name="embed")(tokens)
         e = nn.Dropout(self.dropout_embed)(e, deterministic)
         _, hs = RecurrentStack(

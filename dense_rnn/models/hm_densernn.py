@@ -68,5 +68,8 @@ class HMTextClassifier(nn.Module):
 
     @nn.compact
     def __call__(self, tokens: Array, lengths: Array, deterministic: bool = True) -> Array:
+        if self.features < 1 or self.layers < 1 or min(self.depths, default=0) < 1:
+            raise ValueError(f"features={self.features}, layers={self.layers}, depths="
+                             f"{tuple(self.depths)}: each must be at least 1")
         e = nn.Embed(self.vocab_size, self.embed_size, name="embed")(tokens)
         return nn.Dense(self.num_classes, name="softmax")(self.recurrent_net(e, lengths))

@@ -332,9 +332,14 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
     if not os.path.isdir(data_dir):
         raise UserError(f"data directory {data_dir} not found; pass --data_dir=DIR holding "
                         "mr/, sst/, subj/, trec/")
-    raw = spec.load(data_dir)
     if max_len < 0:
         raise UserError(f"--max_len={max_len}: give a positive token count, or 0 for no limit")
+    fold_ids = folds if folds is not None else list(range(spec.num_folds or 1))
+    bad = [f for f in fold_ids if not 0 <= f < max(spec.num_folds, 1)]
+    if bad:
+        raise UserError(f"--folds {bad} out of range: {dataset} has "
+                        f"{max(spec.num_folds, 1)} fold(s)")
+    raw = spec.load(data_dir)
     if max_len:
         raw = tc.truncate(raw, max_len)
     vectors = None
@@ -346,11 +351,6 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
         if dim != c.embed_size:
             log(f"embed_size {c.embed_size} -> {dim} (the dimension of {embeddings})")
             c = dataclasses.replace(c, embed_size=dim)
-    fold_ids = folds if folds is not None else list(range(spec.num_folds or 1))
-    bad = [f for f in fold_ids if not 0 <= f < max(spec.num_folds, 1)]
-    if bad:
-        raise UserError(f"--folds {bad} out of range: {dataset} has "
-                        f"{max(spec.num_folds, 1)} fold(s)")
     identity = {k: v for k, v in c.to_dict().items() if k not in RESUMABLE_FIELDS}
     identity |= {"dataset": dataset, "embeddings": os.path.basename(embeddings or ""),
                  "oov": oov} | ({"max_len": max_len} if max_len else {})
