@@ -76,12 +76,15 @@ def _zaremba(name, hidden, steps, init, dropout, epochs, decay, after, clip, par
     )
 
 
+GODIN_PATIENCE = 10  # Godin et al. stop early on validation without saying after how long
+
+
 def _godin(name, hidden, layers, connectivity, dropout, params, v, t, **kw):
     embed = 200 if connectivity == "dense" else hidden
     return LMConfig(
         name=name, hidden_size=hidden, num_layers=layers, embed_size=embed,
         connectivity=connectivity, dropout_rate=dropout, paper_params=params, paper_valid_ppl=v,
-        paper_test_ppl=t, early_stopping_patience=10, **kw,
+        paper_test_ppl=t, early_stopping_patience=GODIN_PATIENCE, **kw,
     )
 
 
