@@ -194,9 +194,12 @@ def record(jobs: list[Job], dest: str) -> None:
                         shutil.copy2(os.path.join(d, f), os.path.join(out, f))
 
 
+def _family(name: str):
+    return hm_densernn if name in hm_densernn.CONFIGS else dc_bilstm
+
+
 def _paper(name: str, dataset: str) -> str:
-    family = hm_densernn if name in hm_densernn.CONFIGS else dc_bilstm
-    acc = family.paper_accuracy(name, dataset)
+    acc = _family(name).paper_accuracy(name, dataset)
     return "-" if acc is None else f"{acc}"
 
 
@@ -206,20 +209,21 @@ def report(jobs: list[Job]) -> str:
     for job in jobs:
         s = _summary(FLAGS.root, job.name)
         groups[(_arg(job, "config"), _arg(job, "dataset"))].append(s)
-    rows = ["| config | data | params (paper conv.) | params (ours, no emb.) | runs | "
-            "test % mean ± std | dev % mean | paper % | lr | epochs best/ran | wall min/run | "
-            "device |", "|" + "---|" * 12]
+    rows = ["| config | data | params, paper's count (d=300) | params, paper's count (run's d) "
+            "| params of the run (no emb.) | runs | test % mean ± std | dev % mean | paper % | lr "
+            "| epochs best/ran | wall min/run | device |", "|" + "---|" * 13]
     for (config, dataset), runs in groups.items():
         done = [s for s in runs if s is not None]
+        paper_count = f"{_family(config).paper_param_count(_family(config).CONFIGS[config]):,}"
         if not done:
-            rows.append(f"| {config} | {dataset} | | | 0 of {len(runs)} | not run | | "
-                        f"{_paper(config, dataset)} | | | | |")
+            rows.append(f"| {config} | {dataset} | {paper_count} | | | 0 of {len(runs)} | "
+                        f"not run | | {_paper(config, dataset)} | | | | |")
             continue
         tests = [100 * s["test_accuracy"] for s in done]
         lrs = sorted({s.get("learning_rate_chosen", s["config"]["learning_rate"]) for s in done})
         sel = "" if done[0]["selection"].startswith("test accuracy at") else " (best test)"
         rows.append(
-            f"| {config}{sel} | {dataset} | {done[0]['num_params_paper']:,} | "
+            f"| {config}{sel} | {dataset} | {paper_count} | {done[0]['num_params_paper']:,} | "
             f"{done[0]['num_params']:,} | {len(done)} of {len(runs)} | "
             f"{np.mean(tests):.1f} ± {np.std(tests):.1f} | "
             f"{np.mean([100 * s['dev_accuracy'] for s in done]):.1f} | "
