@@ -66,6 +66,9 @@ def test_score_file_maps_unknown_words(trained, tmp_path):
     assert scores.perplexity == pytest.approx(math.exp(-scores.log_probs.sum() / 8))
     with pytest.raises(UserError, match="no text file"):
         lm_infer.score_file(trained, str(tmp_path / "missing.txt"))
+    (tmp_path / "binary.txt").write_bytes(b"w1 w2\n\xff\xfe\x00\x81\n")
+    with pytest.raises(UserError, match="is not UTF-8 text"):
+        lm_infer.score_file(trained, str(tmp_path / "binary.txt"))
 
 
 def test_workdir_without_checkpoint(workdir, tmp_path):
