@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
 import os
 import platform
@@ -161,9 +162,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
     min_time = a.min_time or (0.1 if a.quick else 0.6)
     env = environment()
     print(json.dumps(env), flush=True)
+    has_torch = importlib.util.find_spec("torch") is not None
+    if not has_torch:
+        print("PyTorch is not installed (pip install -e '.[bench]'): its rows are skipped",
+              flush=True)
     results = []
     for name in names:
         w = WORKLOADS[name]()
+        if not has_torch:
+            w = dataclasses.replace(w, impls={k: v for k, v in w.impls.items()
+                                              if "torch" not in k})
         if a.impls:  # ours and the rooflines are always kept
             keep = {*a.impls.split(","), OURS}
             w = dataclasses.replace(w, impls={k: v for k, v in w.impls.items()
