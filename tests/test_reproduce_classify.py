@@ -36,6 +36,10 @@ def test_every_suite_config_exists_and_table_aliases(parsed):
     t3 = {rc._arg(j, "config") for j in rc.suite_jobs("dc_table3")}
     assert {"bilstm", "dc_bilstm", "dc_bilstm_t3_dl5_dh40"} <= t3
     assert "dc_bilstm_t3_dl15_dh13" not in t3  # the Table 1 model under its own name
+    t3 = {rc._arg(j, "config") for j in rc.suite_jobs("hm_table3")}
+    assert "hm_densegru_64_no_hierarchy" not in t3 and "densegru_64" in t3
+    assert (hm_densernn.CONFIGS["hm_densegru_64_no_hierarchy"].model_args
+            == hm_densernn.CONFIGS["densegru_64"].model_args)
 
 
 def test_hm_seeds_take_the_rate_their_sweep_chose(parsed):
