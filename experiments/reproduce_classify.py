@@ -11,10 +11,11 @@ A rerun skips finished runs and resumes unfinished ones. Runs are named
 learning-rate sweep). Zhao et al. choose the learning rate on validation: seed 0 runs the
 sweep over ``LR_SWEEP`` and the other seeds train at the rate it chose. Each run's
 ``command.txt`` holds its exact command. ``--record=DIR`` copies every finished run's
-``command.txt``, ``summary.json`` and ``metrics.jsonl`` to ``DIR/RUN/`` (the record kept in
-``experiments/results/runs/``); the report reads either tree. The report (Markdown, also
-written to ``ROOT/SUITE.md``) pools the runs of each (config, dataset) into mean ± std beside
-the paper's accuracy; ``--plot=PNG`` draws their dev/test curves.
+``command.txt``, ``summary.json`` and ``metrics.jsonl`` to ``DIR/RUN/`` (the records kept in
+``experiments/results/{dc_bilstm,hm_densernn}/runs/``); the report reads either tree. The
+report (Markdown, also written to ``ROOT/SUITE.md`` after running) pools the runs of each
+(config, dataset) into mean ± std beside the paper's accuracy; ``--plot=PNG`` draws their
+dev/test curves.
 """
 
 from __future__ import annotations
@@ -290,8 +291,9 @@ def main(argv: list[str]) -> None:
     if FLAGS.record:
         record(jobs, FLAGS.record)
     table = report(jobs)
-    with open(os.path.join(FLAGS.root, f"{FLAGS.suite}.md"), "w") as f:
-        f.write(table)
+    if not FLAGS.report_only:
+        with open(os.path.join(FLAGS.root, f"{FLAGS.suite}.md"), "w") as f:
+            f.write(table)
     if FLAGS.plot:
         plot(jobs, FLAGS.plot)
     print(table)
