@@ -48,6 +48,8 @@ flags.DEFINE_list("folds", [str(k) for k in range(10)], "CV folds of MR and Subj
 flags.DEFINE_list("datasets", None, "Restrict the suite to these datasets.")
 flags.DEFINE_list("configs", None, "Restrict the suite to these configs.")
 flags.DEFINE_list("units", ["64", "128"], "HM suites: the unit counts of Table 2 to run.")
+flags.DEFINE_bool("sweep", True, "HM suites: choose the learning rate on dev (seed 0 sweeps "
+                  "LR_SWEEP); --nosweep trains every seed at the config's rate.")
 flags.DEFINE_string("data_dir", None, "Passed on to experiments.classify.")
 flags.DEFINE_string("embeddings", GLOVE, "GloVe file passed on to experiments.classify.")
 flags.DEFINE_integer("parallel", 1, "Runs at a time.")
@@ -88,10 +90,14 @@ def _dc_table(table: int) -> list[str]:
 
 
 def _hm_jobs(configs: list[str], dataset: str, extra: tuple[str, ...] = ()) -> list[Job]:
-    """Seed 0 sweeps the learning rate on dev; the other seeds reuse the rate it chose."""
+    """Seed 0 sweeps the learning rate on dev; the other seeds reuse the rate it chose
+    (``--nosweep``: every seed at the config's rate)."""
     jobs = []
     for config in configs:
         base = ("--config=" + config, "--dataset=" + dataset, *extra)
+        if not FLAGS.sweep:
+            jobs += [Job(f"{config}_{dataset}_s{s}", (*base, f"--seed={s}")) for s in FLAGS.seeds]
+            continue
         sweep = f"{config}_{dataset}_sweep"
         rates = ",".join(f"{r:g}" for r in hm_densernn.LR_SWEEP)
         jobs.append(Job(sweep, (*base, "--seed=0", f"--lr_sweep={rates}")))

@@ -50,6 +50,8 @@ def test_hm_seeds_take_the_rate_their_sweep_chose(parsed):
     sweep = by_name["gru_64_sst5_sweep"]
     assert any(a.startswith("--lr_sweep=0.01,0.001,0.0001") for a in sweep.args)
     assert by_name["gru_64_sst5_s2"].lr_from == "gru_64_sst5_sweep"
+    parsed.sweep = False
+    assert [j.name for j in rc.suite_jobs("hm_imdb")][:2] == ["gru_64_imdb_s0", "gru_64_imdb_s1"]
 
 
 def test_report_pools_runs_and_records(parsed, tmp_path):
