@@ -16,7 +16,6 @@ import pytest
 from dense_rnn.data import text_classification as tc
 from dense_rnn.data.glove import glove_dim, load_glove
 from dense_rnn.errors import UserError
-from tests.conftest import DATA_DIR
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.environ.get("DENSE_RNN_DATA_DIR", os.path.join(REPO, "..", "shared", "data"))
@@ -207,7 +206,10 @@ def test_dry_run():
     assert "model_args={'dl': 15, 'dh': 13, 'th': 100" in out
     out = _classify("--config=bilstm", "--dataset=sst2", "--th=100", "--dry_run").stdout
     assert "num_params_paper=320000\n" in out and "num_params=321202\n" in out
-    glove = os.path.join(DATA_DIR, "glove", "glove.6B.50d.txt.gz")
+
+
+def test_dry_run_counts_at_the_embedding_files_dimension(data_dir):
+    glove = os.path.join(data_dir, "glove", "glove.6B.50d.txt.gz")
     out = _classify("--config=dc_bilstm", f"--embeddings={glove}", "--dry_run").stdout
     assert "embed_size=50\n" in out and "num_params_paper=814200\n" in out  # what runs log
 
