@@ -209,3 +209,15 @@ def test_bad_workdirs_and_files(corpus_dir, tmp_path):
                                                             if split == "test" else b""))
     one_line_error(run_binary("--config=tiny", f"--data_dir={data}",
                               f"--workdir={tmp_path / 'w2'}"), "is not UTF-8 text")
+
+
+def test_resume_on_another_corpus_is_refused(corpus_dir, tmp_path):
+    workdir = str(tmp_path / "w")
+    lm.train_and_evaluate(tiny(max_steps=40), corpus_dir, workdir, log=lambda s: None)
+    other = tmp_path / "other"
+    other.mkdir()
+    for split in ("train", "valid", "test"):
+        text = open(os.path.join(corpus_dir, f"ptb.{split}.txt")).read()
+        (other / f"ptb.{split}.txt").write_text(text.replace("w1 ", "v1 "))
+    one_line_error(run_binary("--config=tiny", f"--data_dir={other}", f"--workdir={workdir}",
+                              "--vocab_size=60", "--max_steps=80"), "trained on another corpus")
