@@ -17,10 +17,11 @@ def run_binary(run: Callable[[], None]) -> None:
     reexec_with_fast_malloc()
 
     def main(argv: list[str]) -> None:
-        if len(argv) > 1:
-            raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
         logging.set_verbosity(logging.ERROR)
         try:
+            if len(argv) > 1:
+                raise UserError(f"unexpected arguments {' '.join(argv[1:])!r}; every option is "
+                                "a --flag=value (--helpfull lists them)")
             run()
         except UserError as e:
             print(f"error: {e}", file=sys.stderr)

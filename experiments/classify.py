@@ -106,7 +106,9 @@ def run() -> None:
     try:
         folds = None if FLAGS.folds is None else [int(f) for f in FLAGS.folds]
     except ValueError:
-        raise UserError(f"--folds={','.join(FLAGS.folds)}: give fold numbers like 0,1,2") from None
+        folds = []
+    if folds == []:
+        raise UserError(f"--folds={','.join(FLAGS.folds)}: give fold numbers like 0,1,2")
     if FLAGS.multihost:
         import jax
 

@@ -1,7 +1,9 @@
 """HM-DenseRNN dataset loaders on the real files (``DENSE_RNN_DATA_DIR``, default
 ``<repo>/../shared/data``)."""
 
+import io
 import os
+import tarfile
 
 import numpy as np
 import pytest
@@ -40,6 +42,34 @@ def test_ag_bad_row(tmp_path):
         (tmp_path / "ag_news" / f"{split}.csv").write_text('"5","t","d"\n')
     with pytest.raises(UserError, match="row 1"):
         hm_datasets.load_ag(str(tmp_path))
+
+
+def test_ag_not_utf8(tmp_path):
+    (tmp_path / "ag_news").mkdir()
+    for split in ("train", "test"):
+        (tmp_path / "ag_news" / f"{split}.csv").write_bytes(b'"1","caf\xe9","d"\n')
+    with pytest.raises(UserError, match="not utf-8 text"):
+        hm_datasets.load_ag(str(tmp_path))
+
+
+def test_imdb_damaged_mid_archive(tmp_path):
+    """A damaged block in the middle used to read as the end of the archive."""
+    rng = np.random.default_rng(0)
+    path = tmp_path / "a.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        for i in range(40):
+            for split, label in (("train", "pos"), ("test", "neg")):
+                data = " ".join(rng.choice(["good", "bad", "film", "plot"], 300)).encode()
+                info = tarfile.TarInfo(f"aclImdb/{split}/{label}/{i}_7.txt")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    assert len(hm_datasets.read_imdb_tar(str(path))["train"][0]) == 40
+    damaged = bytearray(path.read_bytes())
+    middle = len(damaged) // 2
+    damaged[middle:middle + 10] = bytes(10)
+    path.write_bytes(bytes(damaged))
+    with pytest.raises(UserError, match="not a readable IMDB tar.gz, or is damaged"):
+        hm_datasets.read_imdb_tar(str(path))
 
 
 def test_imdb_missing_or_corrupt(tmp_path):

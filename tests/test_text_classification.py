@@ -106,7 +106,10 @@ def test_bad_files(tmp_path):
         tc.load_sst(d, fine=False)
     _write(f"{d}/trec/train_5500.label", "DESC:def what is x ?\n".encode("utf-16"))
     _write(f"{d}/trec/TREC_10.label", b"HUM:ind who ?\n")
-    with pytest.raises(UserError, match="no TREC label"):
+    with pytest.raises(UserError, match="NUL characters"):
+        tc.load_trec(d)
+    _write(f"{d}/trec/train_5500.label", b"DESC:def what is x ?\nwhat is y ?\n")
+    with pytest.raises(UserError, match="line 2 has no TREC label"):
         tc.load_trec(d)
     _write(f"{d}/mr/rt-polarity.neg", b"\n\n")
     _write(f"{d}/mr/rt-polarity.pos", b"fine\n")
@@ -114,6 +117,34 @@ def test_bad_files(tmp_path):
         tc.get_dataset("mr").load(d)
     with pytest.raises(UserError, match="unknown dataset"):
         tc.get_dataset("imdbb")
+
+
+@pytest.mark.parametrize("content,message", [
+    ("1 good\n\n\xb2 odd label\n", "line 3 does not start with a label"),  # file lines
+    ("1 good\n0\n", "line 2 has a label but no text"),
+])
+def test_bad_labelled_lines(tmp_path, content, message):
+    for split in ("train", "dev", "test"):
+        _write(f"{tmp_path}/sst/stsa.binary.{split}", b"1 good film\n")
+    _write(f"{tmp_path}/sst/stsa.binary.train", content.encode())
+    with pytest.raises(UserError, match=message):
+        tc.load_sst(str(tmp_path), fine=False)
+
+
+def test_utf16_polarity_files_refused(tmp_path):
+    """UTF-16 bytes are valid cp1252 text: the NULs give it away."""
+    _write(f"{tmp_path}/mr/rt-polarity.neg", "bad film\n".encode("utf-16"))
+    _write(f"{tmp_path}/mr/rt-polarity.pos", b"fine\n")
+    with pytest.raises(UserError, match="NUL characters"):
+        tc.get_dataset("mr").load(str(tmp_path))
+
+
+def test_bad_sst_tree(tmp_path):
+    for split in ("train", "dev", "test"):
+        _write(f"{tmp_path}/sst/stsa.fine.{split}", b"1 good film\n")
+    _write(f"{tmp_path}/sst/trees/train.txt", b"(3 (2 good) (3 film))\n(9 (2 bad))\n")
+    with pytest.raises(UserError, match="train.txt: line 2 is not a labelled PTB-style tree"):
+        tc.load_sst(str(tmp_path), fine=True, phrases=True)
 
 
 def test_glove_txt_and_gz(tmp_path):
@@ -130,6 +161,10 @@ def test_glove_txt_and_gz(tmp_path):
         load_glove(str(tmp_path / "bad.txt"))
     with pytest.raises(UserError, match="not found"):
         load_glove(str(tmp_path / "missing.txt"))
+    for rows in ("the 0.1 0.2\nfilm 1 2 3\n", "the 0.1 0.2 0.3\nfilm 1 2 3 4\n"):
+        (tmp_path / "dims.txt").write_text(rows)  # a short first row, a long later row
+        with pytest.raises(UserError, match=":2: [34] values where the first line has"):
+            load_glove(str(tmp_path / "dims.txt"))
     (tmp_path / "w2v.txt").write_text("2 3\n" + text)  # word2vec header line
     assert load_glove(str(tmp_path / "w2v.txt"))[0] == glove_dim(str(tmp_path / "w2v.txt")) == 3
 
@@ -224,6 +259,12 @@ def test_dry_run_counts_at_the_embedding_files_dimension(data_dir):
     (["--dropout_pool=1.5"], "dropout_pool=1.5 must be in [0, 1)"),
     (["--dataset=mr", "--folds=12"], "--folds [12] out of range: mr has 10 fold(s)"),
     (["--max_len=-3"], "--max_len=-3: give a positive token count"),
+    (["--dataset=mr", "--folds="], "--folds=: give fold numbers like 0,1,2"),
+    (["--batch_size=0"], "batch_size=0 must be at least 1"),
+    (["--max_epochs=0"], "max_epochs=0 must be at least 1"),
+    (["--seed=-1"], "seed=-1 must not be negative"),
+    (["--learning_rate=0"], "learning_rate=0.0 must be positive"),
+    (["stray"], "unexpected arguments 'stray'"),
 ])
 def test_bad_flags_one_line(tmp_path, args, message):
     _toy_data(tmp_path)
@@ -232,6 +273,7 @@ def test_bad_flags_one_line(tmp_path, args, message):
     r = _classify(*base, *small, *args, check=False)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
+    assert not os.path.exists(f"{tmp_path}/w/checkpoints")  # refused before any work
 
 
 def _params(workdir):
@@ -326,6 +368,16 @@ def test_killed_run_resumes_exactly(tmp_path):
 
     assert records(f"{tmp_path}/clean") == records(f"{tmp_path}/killed")
     assert len(records(f"{tmp_path}/clean")) == 2
+    # killed after the best checkpoint of step S but before the latest one: the rerun
+    # replays the epoch up to S and saves best/S again
+    shutil.copytree(tmp_path / "clean", tmp_path / "race")
+    best = int(next(s for s in os.listdir(tmp_path / "race" / "best") if s.isdigit()))
+    for step in os.listdir(tmp_path / "race" / "checkpoints"):
+        if step.isdigit() and int(step) >= best:
+            shutil.rmtree(tmp_path / "race" / "checkpoints" / step)
+    os.remove(tmp_path / "race" / "summary.json")
+    _classify(*args, f"--workdir={tmp_path}/race")
+    assert records(f"{tmp_path}/race") == records(f"{tmp_path}/clean")
 
 
 def jax_leaves(tree):

@@ -15,6 +15,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from dense_rnn.errors import UserError
+
 
 @dataclasses.dataclass(frozen=True)
 class ClassifierConfig:
@@ -36,6 +38,18 @@ class ClassifierConfig:
     compute_dtype: str = "float32"  # "bfloat16": mixed precision (params, optimizer, loss f32)
     num_devices: int = 0  # data-parallel devices (batch split over them); 0: all visible
     paper: str = ""  # the paper row this config reproduces, with its reported numbers
+
+    def __post_init__(self) -> None:
+        """Rejects values no recipe can take (flag overrides land here)."""
+        problems = [f"{k}={getattr(self, k)} must be at least 1"
+                    for k in ("embed_size", "batch_size", "max_epochs") if getattr(self, k) < 1]
+        problems += [f"{k}={getattr(self, k)} must not be negative" for k in (
+            "max_grad_norm", "l2", "early_stopping_patience", "seed", "checkpoint_every_steps",
+            "num_devices") if getattr(self, k) < 0]
+        if not self.learning_rate > 0:
+            problems.append(f"learning_rate={self.learning_rate} must be positive")
+        if problems:
+            raise UserError(f"config {self.name}: {'; '.join(problems)}")
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

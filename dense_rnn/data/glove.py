@@ -30,6 +30,14 @@ def _vector_lines(path: str) -> Iterator[tuple[int, list[str]]]:
                         "expected a UTF-8 GloVe .txt or .txt.gz file") from None
 
 
+def _is_number(field: str) -> bool:
+    try:
+        float(field)
+    except ValueError:
+        return False
+    return True
+
+
 def _empty(path: str) -> UserError:
     return UserError(f"embeddings file {path} is empty; pass a GloVe .txt or .txt.gz file")
 
@@ -61,6 +69,9 @@ def load_glove(
             raise UserError(f"{path}:{n}: {len(fields) - 1} values where the first "
                             f"line has {dim}; the file is not a GloVe text file")
         word = " ".join(fields[: len(fields) - dim])
+        if len(fields) > dim + 1 and _is_number(fields[len(fields) - dim - 1]):
+            raise UserError(f"{path}:{n}: {len(fields) - 1} values where the first "
+                            f"line has {dim}; every line must be a word and {dim} numbers")
         if wanted is None or word in wanted:
             try:
                 vectors[word] = np.asarray(fields[-dim:], dtype=np.float32)

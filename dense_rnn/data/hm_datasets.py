@@ -19,6 +19,7 @@ import csv
 import os
 import re
 import tarfile
+import zlib
 
 from dense_rnn.data.text_classification import (
     DEV_FRACTION,
@@ -52,9 +53,13 @@ def read_imdb_tar(path: str) -> dict[str, tuple[list[str], list[int]]]:
                     text = tar.extractfile(member).read().decode("utf-8")
                     out[match[1]][0].append(text.replace("<br />", " "))
                     out[match[1]][1].append(int(match[2] == "pos"))
-    except (tarfile.TarError, OSError, EOFError, UnicodeDecodeError) as e:
-        raise UserError(f"{path} is not a readable IMDB tar.gz ({e}); restore the original "
-                        "archive") from None
+            # tarfile takes a damaged header for the end of the archive: reading the
+            # compressed stream to its end checks its CRC and length
+            while tar.fileobj.read(1 << 20):
+                pass
+    except (tarfile.TarError, OSError, EOFError, UnicodeDecodeError, zlib.error) as e:
+        raise UserError(f"{path} is not a readable IMDB tar.gz, or is damaged ({e}); restore "
+                        "the original archive") from None
     for split, (texts, _) in out.items():
         if not texts:
             raise UserError(f"{path} holds no aclImdb/{split}/{{pos,neg}}/*.txt reviews")
@@ -77,13 +82,18 @@ def load_sst5(data_dir: str) -> Splits:
 def read_ag_csv(path: str) -> tuple[list[str], list[int]]:
     """``(title + " " + description, class - 1)`` of every row of an AG News csv file."""
     texts, labels = [], []
-    with open(path, encoding="utf-8", newline="") as f:
-        for n, row in enumerate(csv.reader(f), 1):
-            if len(row) != 3 or row[0] not in ("1", "2", "3", "4"):
-                raise UserError(f"{path}: row {n} is not \"class(1-4)\",\"title\","
-                                f"\"description\": {str(row)[:60]}")
-            texts.append(f"{row[1]} {row[2]}".replace("\\n", " ").replace("\\", " "))
-            labels.append(int(row[0]) - 1)
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            for n, row in enumerate(csv.reader(f), 1):
+                if len(row) != 3 or row[0] not in ("1", "2", "3", "4"):
+                    raise UserError(f"{path}: row {n} is not \"class(1-4)\",\"title\","
+                                    f"\"description\": {str(row)[:60]}")
+                texts.append(f"{row[1]} {row[2]}".replace("\\n", " ").replace("\\", " "))
+                labels.append(int(row[0]) - 1)
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path} is not utf-8 text ({e.reason}); re-save it as utf-8") from None
+    except csv.Error as e:
+        raise UserError(f"{path} is not a csv file ({e}); restore the original file") from None
     if not texts:
         raise UserError(f"{path} has no rows; restore the original file")
     return texts, labels

@@ -46,18 +46,23 @@ def clean_str_sst(s: str) -> str:
     return re.sub(r"\s{2,}", " ", s).strip().lower()
 
 
-def read_lines(path: str, encoding: str) -> list[str]:
-    """Non-blank lines of a text file (blank lines are skipped), as a ``UserError`` on failure."""
+def read_lines(path: str, encoding: str) -> list[tuple[int, str]]:
+    """``(line number, line)`` of every non-blank line of a text file, as a ``UserError``
+    on failure."""
     if not os.path.isfile(path):
         raise UserError(f"data file {path} not found; pass --data_dir=DIR holding the "
                         "dataset directories (mr/, sst/, subj/, trec/)")
     try:
         with open(path, encoding=encoding) as f:
-            lines = f.read().split("\n")  # not splitlines(): it also splits at \x85 etc.
+            text = f.read()
     except UnicodeDecodeError as e:
         raise UserError(f"{path} is not {encoding} text (byte {e.start}: {e.reason}); "
                         f"re-save it as {encoding}") from None
-    lines = [ln for ln in lines if ln.strip()]
+    if "\x00" in text:  # every byte is valid Latin-1 or cp1252, but text has no NULs
+        raise UserError(f"{path} contains NUL characters (UTF-16 or binary?); re-save it as "
+                        f"{encoding} text")
+    lines = [(n, ln) for n, ln in enumerate(text.split("\n"), 1) if ln.strip()]
+    # split("\n"), not splitlines(): that also splits at \x85 etc.
     if not lines:
         raise UserError(f"data file {path} has no non-blank lines; restore the original file")
     return lines
@@ -72,11 +77,13 @@ def _dataset(texts: Sequence[str], labels: Sequence[int],
 def _labelled_lines(path: str, encoding: str, num_classes: int) -> tuple[list[str], list[int]]:
     """``<label> <text>`` lines (Kim's ``stsa.*`` files)."""
     texts, labels = [], []
-    for n, line in enumerate(read_lines(path, encoding), 1):
+    for n, line in read_lines(path, encoding):
         head, _, text = line.strip().partition(" ")
-        if not head.isdigit() or not 0 <= int(head) < num_classes:
-            raise UserError(f"{path}: non-blank line {n} does not start with a label in "
+        if not re.fullmatch(r"[0-9]+", head) or not 0 <= int(head) < num_classes:
+            raise UserError(f"{path}: line {n} does not start with a label in "
                             f"0..{num_classes - 1}: {line[:40]!r}")
+        if not text.strip():
+            raise UserError(f"{path}: line {n} has a label but no text: {line[:40]!r}")
         texts.append(text)
         labels.append(int(head))
     return texts, labels
@@ -86,7 +93,7 @@ def load_polarity(data_dir: str, sub: str, files: tuple[str, str], encoding: str
     """Two-file datasets (label 0: ``files[0]``, label 1: ``files[1]``): MR and Subj."""
     texts, labels = [], []
     for label, name in enumerate(files):
-        lines = read_lines(os.path.join(data_dir, sub, name), encoding)
+        lines = [ln for _, ln in read_lines(os.path.join(data_dir, sub, name), encoding)]
         texts += lines
         labels += [label] * len(lines)
     return {"all": _dataset(texts, labels, clean_str)}
@@ -105,6 +112,8 @@ def _tree_phrases(line: str) -> list[tuple[str, int]]:
             if stack:
                 stack[-1][1].extend(words)
         elif stack[-1][0] < 0:
+            if tok not in ("0", "1", "2", "3", "4"):
+                raise ValueError(f"sentiment label {tok!r}")
             stack[-1] = (int(tok), stack[-1][1])
         else:
             stack[-1][1].append({"-LRB-": "(", "-RRB-": ")"}.get(tok, tok))
@@ -122,8 +131,14 @@ def load_sst(data_dir: str, fine: bool, phrases: bool = False) -> Splits:
     }
     if phrases:
         seen: dict[str, int] = {}
-        for line in read_lines(os.path.join(data_dir, "sst", "trees", "train.txt"), "utf-8"):
-            for text, label in _tree_phrases(line):
+        path = os.path.join(data_dir, "sst", "trees", "train.txt")
+        for n, line in read_lines(path, "utf-8"):
+            try:
+                tree = _tree_phrases(line)
+            except (IndexError, ValueError):
+                raise UserError(f"{path}: line {n} is not a labelled PTB-style tree: "
+                                f"{line[:40]!r}") from None
+            for text, label in tree:
                 if not fine and label == 2:
                     continue
                 seen.setdefault(text, label if fine else int(label > 2))
@@ -140,11 +155,11 @@ def load_trec(data_dir: str) -> Splits:
     for split, name in (("train", "train_5500.label"), ("test", "TREC_10.label")):
         path = os.path.join(data_dir, "trec", name)
         texts, labels = [], []
-        for n, line in enumerate(read_lines(path, "latin-1"), 1):
+        for n, line in read_lines(path, "latin-1"):
             head, _, text = line.partition(" ")
             coarse = head.split(":")[0]
             if coarse not in TREC_LABELS:
-                raise UserError(f"{path}: non-blank line {n} has no TREC label "
+                raise UserError(f"{path}: line {n} has no TREC label "
                                 f"({'/'.join(TREC_LABELS)}:fine): {line[:40]!r}")
             texts.append(text)
             labels.append(TREC_LABELS.index(coarse))

@@ -53,7 +53,7 @@ class Checkpointer:
 
     def __init__(self, workdir: str, identity: dict[str, Any], max_to_keep: int = 2):
         self.workdir = workdir
-        self.identity = identity
+        self.identity = json.loads(json.dumps(identity))  # as stored: tuples become lists
         try:
             os.makedirs(workdir, exist_ok=True)
         except OSError as e:
@@ -89,11 +89,18 @@ class Checkpointer:
     def latest_step(self) -> int | None:
         return self._latest.latest_step()
 
-    def save(self, step: int, state: Any, meta: dict[str, Any]) -> None:
+    def _save(self, manager: ocp.CheckpointManager, step: int, args: ocp.args.Composite) -> None:
+        """Saves ``step``, replacing a checkpoint of that step: a run killed after its best
+        checkpoint of step S but before its latest one replays that epoch and saves S again."""
         self._write_identity()
-        self._latest.save(
-            step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                          meta=ocp.args.JsonSave(meta)), force=True)
+        if step in manager.all_steps():
+            manager.wait_until_finished()
+            manager.delete(step)
+        manager.save(step, args=args, force=True)
+
+    def save(self, step: int, state: Any, meta: dict[str, Any]) -> None:
+        self._save(self._latest, step, ocp.args.Composite(
+            state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)))
 
     def restore(self, like: Any) -> tuple[Any, dict[str, Any]] | None:
         """The latest state (structured like ``like``) and its metadata, or None."""
@@ -114,10 +121,8 @@ class Checkpointer:
         return out.state, out.meta
 
     def save_best(self, step: int, params: Any, meta: dict[str, Any]) -> None:
-        self._write_identity()
-        self._best.save(
-            step, args=ocp.args.Composite(params=ocp.args.StandardSave(params),
-                                          meta=ocp.args.JsonSave(meta)), force=True)
+        self._save(self._best, step, ocp.args.Composite(
+            params=ocp.args.StandardSave(params), meta=ocp.args.JsonSave(meta)))
 
     def restore_best(self, like: Any) -> tuple[Any, dict[str, Any]] | None:
         step = self._best.latest_step()

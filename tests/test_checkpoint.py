@@ -1,0 +1,29 @@
+"""The checkpointer: identity across a JSON round trip, re-saving a step after a kill."""
+
+import numpy as np
+import pytest
+
+from dense_rnn.errors import UserError
+from dense_rnn.train import checkpoint
+
+
+def test_identity_with_tuples_resumes(tmp_path):
+    identity = {"model_args": {"depths": (2, 4, 8)}, "dataset": "sst5"}
+    ckpt = checkpoint.Checkpointer(str(tmp_path), identity)
+    ckpt.save(1, {"w": np.zeros(3, np.float32)}, {"epoch": 1})
+    ckpt.close()
+    checkpoint.Checkpointer(str(tmp_path), identity).close()  # the same config resumes
+    with pytest.raises(UserError, match="another config"):
+        checkpoint.Checkpointer(str(tmp_path), {**identity, "dataset": "imdb"})
+
+
+def test_best_step_saved_again_after_a_kill(tmp_path):
+    """A kill between the best and the latest checkpoint of step S replays the epoch."""
+    ckpt = checkpoint.Checkpointer(str(tmp_path), {})
+    ckpt.save_best(5, {"w": np.zeros(3, np.float32)}, {"dev": 0.1})
+    ckpt.wait()
+    ckpt.save_best(5, {"w": np.ones(3, np.float32)}, {"dev": 0.2})
+    params, meta = ckpt.restore_best({"w": np.zeros(3, np.float32)})
+    ckpt.close()
+    np.testing.assert_array_equal(params["w"], np.ones(3))
+    assert meta == {"dev": 0.2}
