@@ -12,6 +12,7 @@ on N local devices and on multi-host pods after ``jax.distributed.initialize()``
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import jax
@@ -21,6 +22,27 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from dense_rnn.errors import UserError
 
 DATA = "data"
+
+
+def initialize_distributed() -> None:
+    """``jax.distributed.initialize()`` for a multi-host run. ``JAX_COORDINATOR_ADDRESS``,
+    ``JAX_NUM_PROCESSES`` and ``JAX_PROCESS_ID``, where set, say where the coordinator is
+    and which process this is; without them JAX detects TPU pods, SLURM and Open MPI."""
+    env = os.environ
+    kwargs: dict[str, Any] = {}
+    try:
+        for var, arg, cast in (("JAX_COORDINATOR_ADDRESS", "coordinator_address", str),
+                               ("JAX_NUM_PROCESSES", "num_processes", int),
+                               ("JAX_PROCESS_ID", "process_id", int)):
+            if env.get(var):
+                kwargs[arg] = cast(env[var])
+    except ValueError:
+        raise UserError("JAX_NUM_PROCESSES and JAX_PROCESS_ID must be integers") from None
+    try:
+        jax.distributed.initialize(**kwargs)
+    except (ValueError, RuntimeError) as e:
+        raise UserError(f"--multihost: {str(e).splitlines()[0]}; set JAX_COORDINATOR_ADDRESS, "
+                        "JAX_NUM_PROCESSES and JAX_PROCESS_ID on every host") from None
 
 
 def make_mesh(num_devices: int = 0) -> Mesh:

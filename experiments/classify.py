@@ -110,9 +110,9 @@ def run() -> None:
     if folds == []:
         raise UserError(f"--folds={','.join(FLAGS.folds)}: give fold numbers like 0,1,2")
     if FLAGS.multihost:
-        import jax
+        from dense_rnn.parallel import initialize_distributed
 
-        jax.distributed.initialize()
+        initialize_distributed()
     workdir = FLAGS.workdir or os.path.join("workdirs", f"{config.name}_{FLAGS.dataset}")
     kwargs = dict(family=family, dataset=FLAGS.dataset, data_dir=FLAGS.data_dir,
                   embeddings=FLAGS.embeddings, oov=FLAGS.oov, select=FLAGS.select, folds=folds,

@@ -94,9 +94,9 @@ def run() -> None:
         print(f"num_params={lm.num_params(config)}")
         return
     if FLAGS.multihost:
-        import jax
+        from dense_rnn.parallel import initialize_distributed
 
-        jax.distributed.initialize()
+        initialize_distributed()
     workdir = FLAGS.workdir or os.path.join("workdirs", config.name)
     data_dir = None if FLAGS.hf_dataset else resolve_data_dir(FLAGS.data_dir)
     lm.train_and_evaluate(config, data_dir, workdir, FLAGS.hf_dataset,

@@ -107,3 +107,16 @@ def test_classifier_binary_eight_devices_match_one(tmp_path, monkeypatch):
     for a, b in [*zip(one, eight, strict=True), (one[-1], mixed[-1])]:
         for key in ["train_loss", "train_accuracy", "dev_accuracy", "test_accuracy"]:
             np.testing.assert_allclose(a[key], b[key], rtol=1e-5)
+
+
+def test_initialize_distributed_passes_the_environment(monkeypatch):
+    seen = {}
+    monkeypatch.setattr(jax.distributed, "initialize", lambda **kw: seen.update(kw))
+    monkeypatch.setenv("JAX_COORDINATOR_ADDRESS", "host0:1234")
+    monkeypatch.setenv("JAX_NUM_PROCESSES", "4")
+    monkeypatch.setenv("JAX_PROCESS_ID", "2")
+    parallel.initialize_distributed()
+    assert seen == {"coordinator_address": "host0:1234", "num_processes": 4, "process_id": 2}
+    monkeypatch.setenv("JAX_PROCESS_ID", "two")
+    with pytest.raises(UserError, match="must be integers"):
+        parallel.initialize_distributed()
