@@ -106,9 +106,7 @@ def run() -> None:
     try:
         folds = None if FLAGS.folds is None else [int(f) for f in FLAGS.folds]
     except ValueError:
-        folds = []
-    if folds == []:
-        raise UserError(f"--folds={','.join(FLAGS.folds)}: give fold numbers like 0,1,2")
+        raise UserError(f"--folds={','.join(FLAGS.folds)}: give fold numbers like 0,1,2") from None
     if FLAGS.multihost:
         from dense_rnn.parallel import initialize_distributed
 

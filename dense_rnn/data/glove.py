@@ -65,13 +65,11 @@ def load_glove(
     for n, fields in _vector_lines(path):
         if dim is None:
             dim = len(fields) - 1
-        if len(fields) < dim + 1:
-            raise UserError(f"{path}:{n}: {len(fields) - 1} values where the first "
-                            f"line has {dim}; the file is not a GloVe text file")
-        word = " ".join(fields[: len(fields) - dim])
-        if len(fields) > dim + 1 and _is_number(fields[len(fields) - dim - 1]):
+        # a longer row is a word with spaces, unless the extra field is a number
+        if len(fields) < dim + 1 or (len(fields) > dim + 1 and _is_number(fields[-dim - 1])):
             raise UserError(f"{path}:{n}: {len(fields) - 1} values where the first "
                             f"line has {dim}; every line must be a word and {dim} numbers")
+        word = " ".join(fields[: len(fields) - dim])
         if wanted is None or word in wanted:
             try:
                 vectors[word] = np.asarray(fields[-dim:], dtype=np.float32)

@@ -61,8 +61,8 @@ def read_lines(path: str, encoding: str) -> list[tuple[int, str]]:
     if "\x00" in text:  # every byte is valid Latin-1 or cp1252, but text has no NULs
         raise UserError(f"{path} contains NUL characters (UTF-16 or binary?); re-save it as "
                         f"{encoding} text")
-    lines = [(n, ln) for n, ln in enumerate(text.split("\n"), 1) if ln.strip()]
     # split("\n"), not splitlines(): that also splits at \x85 etc.
+    lines = [(n, ln) for n, ln in enumerate(text.split("\n"), 1) if ln.strip()]
     if not lines:
         raise UserError(f"data file {path} has no non-blank lines; restore the original file")
     return lines

@@ -336,7 +336,7 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
         raise UserError(f"--max_len={max_len}: give a positive token count, or 0 for no limit")
     fold_ids = folds if folds is not None else list(range(spec.num_folds or 1))
     if not fold_ids:
-        raise UserError("--folds is empty: give fold numbers like 0,1,2")
+        raise UserError("--folds=: give fold numbers like 0,1,2")
     bad = [f for f in fold_ids if not 0 <= f < max(spec.num_folds, 1)]
     if bad:
         raise UserError(f"--folds {bad} out of range: {dataset} has "
