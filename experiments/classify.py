@@ -28,6 +28,9 @@ flags.DEFINE_string("config", "dc_bilstm", "Named config (see dense_rnn/configs/
 flags.DEFINE_string("dataset", "sst2", "Dataset name: mr, sst1, sst2, subj, trec, "
                     "sst1_phrases, sst2_phrases, or one another family registered.")
 flags.DEFINE_string("data_dir", DEFAULT_DATA_DIR, "Root holding mr/, sst/, subj/, trec/.")
+flags.DEFINE_string("hf_dataset", None, "Read --dataset from this Hugging Face hub dataset "
+                    "(or local dataset directory) instead of --data_dir, e.g. fancyzhx/ag_news "
+                    "for --dataset=ag; BUILD.md lists one per dataset.")
 flags.DEFINE_string("workdir", None, "Checkpoints, metrics and summary "
                     "(default workdirs/CONFIG_DATASET).")
 flags.DEFINE_string("embeddings", None, "GloVe .txt or .txt.gz file (any dimension; "
@@ -114,7 +117,8 @@ def run() -> None:
     workdir = FLAGS.workdir or os.path.join("workdirs", f"{config.name}_{FLAGS.dataset}")
     kwargs = dict(family=family, dataset=FLAGS.dataset, data_dir=FLAGS.data_dir,
                   embeddings=FLAGS.embeddings, oov=FLAGS.oov, select=FLAGS.select, folds=folds,
-                  log=lambda s: print(s, flush=True), max_len=FLAGS.max_len)
+                  log=lambda s: print(s, flush=True), max_len=FLAGS.max_len,
+                  hf_dataset=FLAGS.hf_dataset)
     if FLAGS.lr_sweep:
         try:
             rates = [float(r) for r in FLAGS.lr_sweep]

@@ -61,8 +61,14 @@ def _load_lines(data_dir: str | None, hf_dataset: str | None) -> dict[str, list[
     datasets.disable_progress_bars()
     datasets.logging.set_verbosity_error()
     if hf_dataset:
-        ds = datasets.load_dataset(hf_dataset)
+        from dense_rnn.data import hub
+
+        ds = hub.load(hf_dataset)
         names = {"train": "train", "valid": "validation", "test": "test"}
+        if set(names.values()) - set(ds) or not {"sentence", "text"} & set(
+                ds["train"].column_names):
+            raise UserError(f"--hf_dataset={hf_dataset} needs train/validation/test splits "
+                            f"with a sentence or text column; it has splits {', '.join(ds)}")
         column = "sentence" if "sentence" in ds["train"].column_names else "text"
         return {s: ds[names[s]][column] for s in SPLITS}
     if not data_dir or not os.path.isdir(data_dir):

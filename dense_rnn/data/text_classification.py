@@ -8,6 +8,10 @@ for the case-insensitive GloVe) and ``label`` (int). ``DATASETS`` maps a dataset
 Datasets without a dev split take it from their training data: a fixed, seeded slice
 (``DEV_FRACTION``). MR and Subj have no test split either: 10-fold cross-validation over
 fixed, seeded folds (``cv_splits``).
+
+``load_hub`` reads them from the Hugging Face hub instead, for users online
+(``DatasetSpec.hub`` names the hub dataset of each; any dataset with a text and a label
+column will do).
 """
 
 from __future__ import annotations
@@ -44,6 +48,11 @@ def clean_str_sst(s: str) -> str:
     """Kim (2014) ``clean_str_sst`` tokenisation (SST files are already tokenised)."""
     s = re.sub(r"[^A-Za-z0-9(),!?\'\`]", " ", s)
     return re.sub(r"\s{2,}", " ", s).strip().lower()
+
+
+def clean_str_html(s: str) -> str:
+    """``clean_str`` after HTML line breaks (IMDB's ``<br />``) become spaces."""
+    return clean_str(s.replace("<br />", " "))
 
 
 def read_lines(path: str, encoding: str) -> list[tuple[int, str]]:
@@ -169,28 +178,82 @@ def load_trec(data_dir: str) -> Splits:
 
 @dataclasses.dataclass(frozen=True)
 class DatasetSpec:
-    """A dataset: class count, CV folds (0: fixed test split) and its loader."""
+    """A dataset: class count, its local loader, CV folds (0: fixed test split), the
+    tokeniser of its text, and the hub dataset with the same examples (``load_hub``)."""
 
     num_classes: int
     load: Callable[[str], Splits]
     num_folds: int = 0
+    clean: Callable[[str], str] = clean_str
+    hub: str = ""
 
 
+# Hub datasets (columns text and label; TREC: coarse_label) have their own train/dev/test
+# splits; MR and Subj are pooled for cross-validation. The phrase sets exist only locally.
 DATASETS: dict[str, DatasetSpec] = {
     "mr": DatasetSpec(2, lambda d: load_polarity(
-        d, "mr", ("rt-polarity.neg", "rt-polarity.pos"), "cp1252"), 10),
+        d, "mr", ("rt-polarity.neg", "rt-polarity.pos"), "cp1252"), 10,
+        hub="cornell-movie-review-data/rotten_tomatoes"),
     "subj": DatasetSpec(2, lambda d: load_polarity(
-        d, "subj", ("plot.tok.gt9.5000", "quote.tok.gt9.5000"), "latin-1"), 10),
-    "sst1": DatasetSpec(5, lambda d: load_sst(d, fine=True)),
-    "sst2": DatasetSpec(2, lambda d: load_sst(d, fine=False)),
-    "sst1_phrases": DatasetSpec(5, lambda d: load_sst(d, fine=True, phrases=True)),
-    "sst2_phrases": DatasetSpec(2, lambda d: load_sst(d, fine=False, phrases=True)),
-    "trec": DatasetSpec(6, load_trec),
+        d, "subj", ("plot.tok.gt9.5000", "quote.tok.gt9.5000"), "latin-1"), 10,
+        hub="SetFit/subj"),
+    "sst1": DatasetSpec(5, lambda d: load_sst(d, fine=True), clean=clean_str_sst,
+                        hub="SetFit/sst5"),
+    "sst2": DatasetSpec(2, lambda d: load_sst(d, fine=False), clean=clean_str_sst,
+                        hub="SetFit/sst2"),
+    "sst1_phrases": DatasetSpec(5, lambda d: load_sst(d, fine=True, phrases=True),
+                                clean=clean_str_sst),
+    "sst2_phrases": DatasetSpec(2, lambda d: load_sst(d, fine=False, phrases=True),
+                                clean=clean_str_sst),
+    "trec": DatasetSpec(6, load_trec, hub="CogComp/trec"),
     # Zhao et al. 2019 (HM-DenseRNN); dense_rnn.data.hm_datasets imports this module.
-    "imdb": DatasetSpec(2, lambda d: _hm_datasets().load_imdb(d)),
-    "sst5": DatasetSpec(5, lambda d: _hm_datasets().load_sst5(d)),
-    "ag": DatasetSpec(4, lambda d: _hm_datasets().load_ag(d)),
+    "imdb": DatasetSpec(2, lambda d: _hm_datasets().load_imdb(d), clean=clean_str_html,
+                        hub="stanfordnlp/imdb"),
+    "sst5": DatasetSpec(5, lambda d: _hm_datasets().load_sst5(d), clean=clean_str_sst,
+                        hub="SetFit/sst5"),
+    "ag": DatasetSpec(4, lambda d: _hm_datasets().load_ag(d), hub="fancyzhx/ag_news"),
 }
+_HUB_SPLITS = {"train": "train", "validation": "dev", "valid": "dev", "dev": "dev",
+               "test": "test"}
+
+
+def _column(ds: datasets.Dataset, names: tuple[str, ...], what: str, where: str) -> str:
+    for name in names:
+        if name in ds.column_names:
+            return name
+    raise UserError(f"{where} has no {what} column ({' or '.join(names)}); its columns: "
+                    f"{', '.join(ds.column_names)}")
+
+
+def load_hub(name: str, spec: DatasetSpec) -> Splits:
+    """The splits of hub dataset ``name`` (or a local dataset directory) for ``spec``:
+    ``validation`` is the dev split, other splits than train/dev/test are ignored, and a CV
+    dataset pools every split; text is tokenised by ``spec.clean``."""
+    from dense_rnn.data import hub
+
+    raw = hub.load(name)
+    splits = {}
+    for split, ds in raw.items():
+        if split not in _HUB_SPLITS:
+            continue
+        where = f"--hf_dataset={name} split {split}"
+        text = _column(ds, ("text", "sentence"), "text", where)
+        label = _column(ds, ("label", "coarse_label"), "label", where)
+        labels = np.asarray(ds[label])
+        if len(labels) and not (labels.min() >= 0 and labels.max() < spec.num_classes):
+            raise UserError(f"{where} has labels {labels.min()}..{labels.max()}, not "
+                            f"0..{spec.num_classes - 1} (an unlabelled split, or another "
+                            "dataset?)")
+        splits[_HUB_SPLITS[split]] = _dataset(ds[text], labels.tolist(), spec.clean)
+    if spec.num_folds:
+        if not splits:
+            raise UserError(f"--hf_dataset={name} has no train/validation/test split")
+        return {"all": datasets.concatenate_datasets(list(splits.values()))}
+    missing = {"train", "test"} - set(splits)
+    if missing:
+        raise UserError(f"--hf_dataset={name} has no {' or '.join(sorted(missing))} split "
+                        f"(its splits: {', '.join(raw)})")
+    return splits
 
 
 def truncate(splits: Splits, max_len: int) -> Splits:

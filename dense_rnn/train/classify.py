@@ -322,14 +322,19 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
 def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, workdir: str,
         embeddings: str | None, oov: str = "drop", select: str = "dev",
         folds: list[int] | None = None, log: Callable[[str], None] = print,
-        max_len: int = 0) -> dict[str, Any]:
+        max_len: int = 0, hf_dataset: str | None = None) -> dict[str, Any]:
     """Trains ``c`` on ``dataset`` (every requested CV fold) and writes ``summary.json``.
-    ``max_len > 0`` keeps only the first ``max_len`` tokens of every text."""
+    ``max_len > 0`` keeps only the first ``max_len`` tokens of every text; ``hf_dataset``
+    reads the dataset from the Hugging Face hub (or a local dataset directory) instead of
+    ``data_dir``."""
     wall_start = time.time()
     if select not in SELECTIONS:
         raise UserError(f"unknown --select={select!r}; use dev or test")
     spec = tc.get_dataset(dataset)
-    if not os.path.isdir(data_dir):
+    if hf_dataset and not spec.hub:
+        raise UserError(f"--dataset={dataset} has no hub version (it is derived from the "
+                        "local files); drop --hf_dataset and pass --data_dir")
+    if not hf_dataset and not os.path.isdir(data_dir):
         raise UserError(f"data directory {data_dir} not found; pass --data_dir=DIR holding "
                         "mr/, sst/, subj/, trec/")
     if max_len < 0:
@@ -341,7 +346,7 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
     if bad:
         raise UserError(f"--folds {bad} out of range: {dataset} has "
                         f"{max(spec.num_folds, 1)} fold(s)")
-    raw = spec.load(data_dir)
+    raw = tc.load_hub(hf_dataset, spec) if hf_dataset else spec.load(data_dir)
     if max_len:
         raw = tc.truncate(raw, max_len)
     vectors = None
@@ -355,7 +360,8 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
             c = dataclasses.replace(c, embed_size=dim)
     identity = {k: v for k, v in c.to_dict().items() if k not in RESUMABLE_FIELDS}
     identity |= {"dataset": dataset, "embeddings": os.path.basename(embeddings or ""),
-                 "oov": oov} | ({"max_len": max_len} if max_len else {})
+                 "oov": oov} | ({"max_len": max_len} if max_len else {}) | (
+                     {"hf_dataset": hf_dataset} if hf_dataset else {})
     records = {}
     for fold in fold_ids:
         splits = tc.make_splits(spec, raw, fold)
@@ -372,7 +378,8 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
     devs = [r["dev_accuracy"] for r in records.values()]
     first = next(iter(records.values()))
     summary = {
-        "config": c.to_dict(), "dataset": dataset, "embeddings": embeddings, "oov": oov,
+        "config": c.to_dict(), "dataset": dataset, "hf_dataset": hf_dataset,
+        "embeddings": embeddings, "oov": oov,
         "max_len": max_len or None,
         "selection": SELECTIONS[select],
         "num_params_paper": int(family.paper_param_count(c)),

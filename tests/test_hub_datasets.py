@@ -1,0 +1,133 @@
+"""Hub datasets (``--hf_dataset``): the same loader code on local dataset directories laid
+out as the hub's (``train``/``validation``/``test`` parquet files), no network."""
+
+import json
+import os
+import subprocess
+import sys
+
+import datasets
+import numpy as np
+import pytest
+
+from dense_rnn.data import ptb
+from dense_rnn.data.text_classification import DATASETS, load_hub, make_splits
+from dense_rnn.errors import UserError
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORDS = "the film was good bad dull great plot acting war sports stocks".split()
+
+
+def _write(root, splits: dict[str, dict[str, list]]) -> str:
+    os.makedirs(root, exist_ok=True)
+    for split, columns in splits.items():
+        datasets.Dataset.from_dict(columns).to_parquet(os.path.join(root, f"{split}.parquet"))
+    return str(root)
+
+
+def _texts(n: int, seed: int = 0) -> list[str]:
+    rng = np.random.default_rng(seed)
+    return [" ".join(rng.choice(WORDS, rng.integers(3, 9))).capitalize() + "." for _ in range(n)]
+
+
+def test_fixed_splits_dev_slice_and_ignored_splits(tmp_path):
+    """AG News / IMDB layout: train and test; dev is the seeded 10% slice of train; other
+    splits (IMDB's ``unsupervised``) are ignored; IMDB's <br /> breaks are spaces."""
+    root = _write(tmp_path / "imdb", {
+        "train": {"text": _texts(50), "label": [i % 2 for i in range(50)]},
+        "test": {"text": ["Great film.<br /><br />Good plot"] * 7, "label": [1] * 7},
+        "unsupervised": {"text": _texts(5), "label": [-1] * 5},
+    })
+    raw = load_hub(root, DATASETS["imdb"])
+    assert set(raw) == {"train", "test"}
+    splits = make_splits(DATASETS["imdb"], raw)
+    assert {k: len(v) for k, v in splits.items()} == {"train": 45, "dev": 5, "test": 7}
+    assert splits["test"]["tokens"][0] == ["great", "film", "good", "plot"]
+    again = make_splits(DATASETS["imdb"], load_hub(root, DATASETS["imdb"]))
+    assert again["dev"]["text"] == splits["dev"]["text"]
+
+
+def test_cv_dataset_pools_every_split(tmp_path):
+    """MR on the hub has train/validation/test: pooled into one set for the 10 folds."""
+    root = _write(tmp_path / "mr", {
+        s: {"text": _texts(n, i), "label": [j % 2 for j in range(n)]}
+        for i, (s, n) in enumerate((("train", 80), ("validation", 10), ("test", 10)))})
+    raw = load_hub(root, DATASETS["mr"])
+    assert list(raw) == ["all"] and len(raw["all"]) == 100
+    fold = make_splits(DATASETS["mr"], raw, fold=3)
+    assert {k: len(v) for k, v in fold.items()} == {"train": 81, "dev": 9, "test": 10}
+
+
+def test_trec_coarse_label_and_sst_validation(tmp_path):
+    trec = _write(tmp_path / "trec", {
+        s: {"text": ["What is a cat ?"] * 4, "coarse_label": [0, 5, 2, 1],
+            "fine_label": [0, 40, 7, 3]} for s in ("train", "test")})
+    assert load_hub(trec, DATASETS["trec"])["test"]["label"] == [0, 5, 2, 1]
+    sst = _write(tmp_path / "sst", {
+        s: {"text": ["a -LRB- good -RRB- film"] * 3, "label": [0, 4, 2],
+            "label_text": ["very negative", "very positive", "neutral"]}
+        for s in ("train", "validation", "test")})
+    raw = load_hub(sst, DATASETS["sst1"])
+    assert set(raw) == {"train", "dev", "test"}
+    assert raw["dev"]["tokens"][0] == ["a", "lrb", "good", "rrb", "film"]
+
+
+@pytest.mark.parametrize("splits,message", [
+    ({s: {"sentence_text": ["a"], "label": [0]} for s in ("train", "test")},
+     "split train has no text column (text or sentence); its columns: sentence_text, label"),
+    ({"train": {"text": ["a"], "label": [0]}, "test": {"text": ["a"], "label": [-1]}},
+     "split test has labels -1..-1, not 0..3 (an unlabelled split"),
+    ({"train": {"text": ["a"], "label": [0]}, "validation": {"text": ["a"], "label": [0]}},
+     "has no test split (its splits: train, validation)"),
+    ({"train": {"text": ["a"], "label": [7]}, "test": {"text": ["a"], "label": [0]}},
+     "split train has labels 7..7, not 0..3"),
+])
+def test_bad_hub_datasets(tmp_path, splits, message):
+    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_hub(_write(tmp_path / "ag", splits), DATASETS["ag"])
+
+
+def test_missing_or_inconsistent_dataset_one_line(tmp_path):
+    with pytest.raises(UserError, match="could not be loaded .*use the local files"):
+        load_hub(str(tmp_path / "nothing_here"), DATASETS["ag"])
+    root = _write(tmp_path / "ag", {"train": {"text": ["a"], "label": [0]},
+                                    "test": {"words": ["a"], "label": [0]}})
+    with pytest.raises(UserError, match="could not be loaded"):
+        load_hub(root, DATASETS["ag"])
+
+
+def test_ptb_from_a_hub_layout(tmp_path):
+    root = _write(tmp_path / "ptb", {
+        s: {"sentence": [" the cat sat ", " a dog <unk> "]}
+        for s in ("train", "validation", "test")})
+    corpus = ptb.load_ptb(None, root)
+    assert len(corpus.vocab) == 7 and len(corpus.train) == 8
+    bad = _write(tmp_path / "bad", {"train": {"sentence": ["a"]}})
+    with pytest.raises(UserError, match="needs train/validation/test splits"):
+        ptb.load_ptb(None, bad)
+
+
+def _classify(*args):
+    env = {**os.environ, "PYTHONPATH": REPO, "JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "experiments.classify", *args], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_binary_trains_ag_news_from_the_hub_layout(tmp_path):
+    """The AG News training split missing locally is one --hf_dataset away."""
+    root = _write(tmp_path / "ag", {
+        s: {"text": _texts(n, i), "label": [j % 4 for j in range(n)]}
+        for i, (s, n) in enumerate((("train", 60), ("test", 20)))})
+    r = _classify("--config=gru_64", "--features=4", "--embed_size=8", "--batch_size=16",
+                  "--max_epochs=1", "--dataset=ag", f"--hf_dataset={root}",
+                  f"--workdir={tmp_path}/w", "--data_dir=/nonexistent")
+    assert r.returncode == 0, r.stderr
+    summary = json.load(open(f"{tmp_path}/w/summary.json"))
+    assert summary["hf_dataset"] == root and summary["dataset"] == "ag"
+    for args, message in (
+            (["--dataset=sst1_phrases", f"--hf_dataset={root}"],
+             "--dataset=sst1_phrases has no hub version"),
+            (["--dataset=ag", "--hf_dataset=nobody/no-such-dataset"],
+             "--hf_dataset=nobody/no-such-dataset could not be loaded")):
+        r = _classify("--config=gru_64", *args, f"--workdir={tmp_path}/bad")
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
