@@ -7,13 +7,18 @@ r"""Trains and evaluates a sentence classifier (Ding et al. 2018 DC-Bi-LSTM and 
 Every scalar config field and every model argument of the known configs can be overridden
 by a flag of the same name (``--max_epochs=2``, ``--dl=5``). Starting on a workdir that
 holds a checkpoint resumes the run exactly. MR and Subj run 10-fold CV (``--folds`` picks
-some folds), each fold in ``WORKDIR/fold_K``.
+some folds), each fold in ``WORKDIR/fold_K``. A trained run classifies new text::
+
+    python -m experiments.classify --mode=predict --workdir=workdirs/dc_sst2 --text_file=F
+
+printing ``label<TAB>probability<TAB>text`` for each non-blank line of ``F``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 
 from absl import flags
 
@@ -48,6 +53,9 @@ flags.DEFINE_integer("max_len", 0, "Keep only the first N tokens of every text (
 flags.DEFINE_bool("dry_run", False, "Print the resolved config and parameter counts, exit.")
 flags.DEFINE_bool("multihost", False, "Call jax.distributed.initialize() first: run the same "
                   "command on every host of a TPU pod or GPU cluster (see BUILD.md).")
+flags.DEFINE_enum("mode", "train", ["train", "predict"], "Train, or classify each line of "
+                  "--text_file with the best checkpoint in --workdir.")
+flags.DEFINE_string("text_file", None, "predict: one text a line (UTF-8).")
 OVERRIDES = define_override_flags(ClassifierConfig, skip=("name", "model", "paper"))
 FLAGS = flags.FLAGS
 
@@ -93,10 +101,30 @@ def resolve_config():
     return config, family
 
 
+def predict(workdir: str) -> None:
+    """``--mode=predict``: the label and its probability for every line of --text_file."""
+    from dense_rnn.data.text_classification import read_lines
+    from dense_rnn.train import classify_infer
+
+    if not FLAGS.text_file:
+        raise UserError("--mode=predict needs --text_file=FILE, one text a line")
+    texts = [line for _, line in read_lines(FLAGS.text_file, "utf-8")]
+    trained = classify_infer.load(workdir)
+    probs, words, unknown = classify_infer.predict(trained, texts)
+    for text, p in zip(texts, probs, strict=True):
+        print(f"{int(p.argmax())}\t{p.max():.4f}\t{text}")
+    fate = "dropped" if trained.vocab.drop_unknown else "mapped to <unk>"
+    print(f"{len(texts)} texts, {words} words, {unknown} not in the vocabulary ({fate}); "
+          f"{trained.config.name} trained on {trained.dataset}", file=sys.stderr)
+
+
 def run() -> None:
     from dense_rnn.data.text_classification import get_dataset
     from dense_rnn.train import classify
 
+    if FLAGS.mode == "predict":
+        predict(FLAGS.workdir or os.path.join("workdirs", f"{FLAGS.config}_{FLAGS.dataset}"))
+        return
     config, family = resolve_config()
     spec = get_dataset(FLAGS.dataset)
     if FLAGS.dry_run:

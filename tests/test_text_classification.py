@@ -394,3 +394,29 @@ def test_cv_binary_two_folds(tmp_path):
               "--batch_size=200", "--max_epochs=1", "--folds=0,1")
     s = json.load(open(f"{tmp_path}/w/summary.json"))
     assert len(s["fold_test_accuracies"]) == 2 and "test_accuracy_std" in s
+
+
+def test_predict_matches_the_runs_test_accuracy(tmp_path):
+    """--mode=predict on the test file reproduces the run's test accuracy (best-dev
+    parameters, other batches and padding), and refuses bad workdirs in one line."""
+    _synthetic_trec(tmp_path, n_train=200)
+    _classify(f"--data_dir={tmp_path}", "--dataset=trec", "--config=dc_bilstm", "--dl=1",
+              "--dh=4", "--th=4", "--embed_size=8", "--batch_size=8", "--max_epochs=2",
+              f"--workdir={tmp_path}/w")
+    lines = open(tmp_path / "trec" / "TREC_10.label", encoding="latin-1").read().splitlines()
+    labels = [tc.TREC_LABELS.index(ln.split(":")[0]) for ln in lines]
+    (tmp_path / "q.txt").write_text("\n".join(ln.split(" ", 1)[1] for ln in lines) + "\n\n")
+    r = _classify("--mode=predict", f"--workdir={tmp_path}/w", f"--text_file={tmp_path}/q.txt")
+    rows = [ln.split("\t") for ln in r.stdout.splitlines()]
+    assert len(rows) == len(lines) and all(0 < float(p) <= 1 for _, p, _ in rows)
+    accuracy = np.mean([int(label) == y for (label, _, _), y in zip(rows, labels, strict=True)])
+    summary = json.load(open(f"{tmp_path}/w/summary.json"))
+    assert accuracy == pytest.approx(summary["test_accuracy"])
+    assert f"{len(lines)} texts" in r.stderr
+    for args, message in (
+            ([f"--workdir={tmp_path}/w"], "--mode=predict needs --text_file"),
+            ([f"--workdir={tmp_path}", f"--text_file={tmp_path}/q.txt"],
+             "no training run in"),
+            ([f"--workdir={tmp_path}/w", f"--text_file={tmp_path}/none.txt"], "not found")):
+        r = _classify("--mode=predict", *args, check=False)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr

@@ -17,6 +17,7 @@ column will do).
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -29,6 +30,7 @@ from dense_rnn.errors import UserError
 datasets.disable_progress_bars()
 
 PAD, UNK = 0, 1
+VOCAB_FILE = "vocab.json"  # a classification run's vocabulary, in its workdir
 DEV_FRACTION = 0.1
 SPLIT_SEED = 1234  # fixed: folds and dev slices never depend on the training seed
 Splits = dict[str, datasets.Dataset]
@@ -311,6 +313,26 @@ class Vocab:
     @property
     def index(self) -> dict[str, int]:
         return {w: i for i, w in enumerate(self.words)}
+
+    def save(self, path: str) -> None:
+        """Writes the vocabulary as JSON, atomically."""
+        with open(path + ".tmp", "w") as f:
+            json.dump({"words": list(self.words), "drop_unknown": self.drop_unknown}, f)
+        os.replace(path + ".tmp", path)
+
+    @classmethod
+    def load(cls, path: str) -> Vocab:
+        """The vocabulary ``save`` wrote to ``path``, as a ``UserError`` on failure."""
+        try:
+            with open(path) as f:
+                stored = json.load(f)
+            return cls(tuple(stored["words"]), bool(stored["drop_unknown"]))
+        except FileNotFoundError:
+            raise UserError(f"{path} not found (the run predates it, or its data failed to "
+                            "load); rerun the training command on a new --workdir") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
+            raise UserError(f"{path} is unreadable ({type(e).__name__}); rerun the training "
+                            "command on a new --workdir") from None
 
     def encode(self, tokens: Sequence[Sequence[str]]) -> list[np.ndarray]:
         index = self.index

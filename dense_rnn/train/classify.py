@@ -212,6 +212,7 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
     record: dev/test accuracies, epochs, parameter counts, wall time."""
     wall_start = time.time()
     ckpt = checkpoint.Checkpointer(workdir, identity)
+    data.vocab.save(os.path.join(workdir, tc.VOCAB_FILE))
     model = make_model(c, len(data.vocab.words), num_classes)
     params = init_params(model, jax.random.key(c.seed))
     if data.embeddings is not None:

@@ -1,0 +1,92 @@
+"""Classifying new text with a trained sentence classifier.
+
+A workdir written by ``experiments.classify`` (one fold's, ``W/fold_K``, for MR and Subj)
+holds all that is needed: ``run_identity.json`` (the config and dataset), ``vocab.json``
+(the run's vocabulary) and ``best/<step>/`` (the parameters with the best dev accuracy).
+Texts are tokenised as the dataset's training text was; words without an id are dropped
+(or mapped to the unknown word) as in training.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from dense_rnn.configs.classifier import ClassifierConfig
+from dense_rnn.data import text_classification as tc
+from dense_rnn.errors import UserError
+from dense_rnn.train import checkpoint, classify
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainedClassifier:
+    """A trained classifier, its parameters, vocabulary and dataset."""
+
+    config: ClassifierConfig
+    dataset: str
+    model: Any
+    params: Any
+    vocab: tc.Vocab
+
+
+def _runs_below(workdir: str) -> list[str]:
+    return sorted(d for d in os.listdir(workdir)
+                  if os.path.isfile(os.path.join(workdir, d, checkpoint.IDENTITY_FILE)))
+
+
+def load(workdir: str) -> TrainedClassifier:
+    """The best-dev parameters of the run in ``workdir``."""
+    if not os.path.isdir(workdir):
+        raise UserError(f"--workdir={workdir} not found; pass the workdir of a finished "
+                        "experiments.classify run")
+    identity = checkpoint.read_identity(workdir)
+    if identity is None:
+        runs = _runs_below(workdir)
+        hint = (f"pass one of its runs, e.g. --workdir={os.path.join(workdir, runs[0])}"
+                if runs else "pass the --workdir of a finished experiments.classify run")
+        raise UserError(f"no training run in {workdir} (no {checkpoint.IDENTITY_FILE}); {hint}")
+    known = {f.name for f in dataclasses.fields(ClassifierConfig)}
+    fields = {k: v for k, v in identity.items() if k in known}
+    fields["model_args"] = {k: tuple(v) if isinstance(v, list) else v
+                            for k, v in fields.get("model_args", {}).items()}
+    config = ClassifierConfig(**fields)
+    vocab = tc.Vocab.load(os.path.join(workdir, tc.VOCAB_FILE))
+    num_classes = tc.get_dataset(identity["dataset"]).num_classes
+    model = classify.make_model(config, len(vocab.words), num_classes)
+    ckpt = checkpoint.Checkpointer(workdir, identity)
+    try:
+        best = ckpt.restore_best(classify.init_params(model, jax.random.key(0)))
+    finally:
+        ckpt.close()
+    if best is None:
+        raise UserError(f"no checkpoint in {workdir}/best (written after the first epoch); "
+                        "train longer or pass another --workdir")
+    return TrainedClassifier(config, identity["dataset"], model, best[0], vocab)
+
+
+def predict(trained: TrainedClassifier, texts: Sequence[str],
+            batch_size: int = 64) -> tuple[np.ndarray, int, int]:
+    """Class probabilities ``(len(texts), classes)``, the number of words of the texts
+    and how many of them are not in the vocabulary."""
+    clean = tc.get_dataset(trained.dataset).clean
+    tokens = [clean(t).split() for t in texts]
+    index = trained.vocab.index
+    unknown = sum(w not in index for s in tokens for w in s)
+    ids = trained.vocab.encode(tokens)
+
+    @jax.jit
+    def probs(params, batch):
+        logits = trained.model.apply({"params": params}, batch["tokens"], batch["lengths"])
+        return jax.nn.softmax(logits.astype(np.float32))
+
+    order = np.argsort([len(s) for s in ids], kind="stable")  # batches() sorts by length
+    out = np.concatenate([np.asarray(probs(trained.params, b))[: int(b["weights"].sum())]
+                          for b in tc.batches(ids, np.zeros(len(ids), np.int32), batch_size)])
+    result = np.empty_like(out)
+    result[order] = out
+    return result, sum(len(s) for s in tokens), unknown
