@@ -81,6 +81,8 @@ def test_trec_coarse_label_and_sst_validation(tmp_path):
      "has no test split (its splits: train, validation)"),
     ({"train": {"text": ["a"], "label": [7]}, "test": {"text": ["a"], "label": [0]}},
      "split train has labels 7..7, not 0..3"),
+    ({s: {"text": ["a"], "label": ["World"]} for s in ("train", "test")},
+     "split train: column label holds <U5 values, not class ids 0..3"),
 ])
 def test_bad_hub_datasets(tmp_path, splits, message):
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):

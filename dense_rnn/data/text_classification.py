@@ -242,6 +242,9 @@ def load_hub(name: str, spec: DatasetSpec) -> Splits:
         text = _column(ds, ("text", "sentence"), "text", where)
         label = _column(ds, ("label", "coarse_label"), "label", where)
         labels = np.asarray(ds[label])
+        if labels.dtype.kind not in "iu":
+            raise UserError(f"{where}: column {label} holds {labels.dtype} values, not class "
+                            f"ids 0..{spec.num_classes - 1}")
         if len(labels) and not (labels.min() >= 0 and labels.max() < spec.num_classes):
             raise UserError(f"{where} has labels {labels.min()}..{labels.max()}, not "
                             f"0..{spec.num_classes - 1} (an unlabelled split, or another "
