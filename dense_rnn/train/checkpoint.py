@@ -141,3 +141,17 @@ class Checkpointer:
     def close(self) -> None:
         self._latest.close()
         self._best.close()
+
+
+def load_best(workdir: str, identity: dict[str, Any], like: Any, written: str) -> Any:
+    """The best parameters of the run in ``workdir`` (structured like ``like``), for
+    inference; ``written`` says when training writes them, for the error without any."""
+    ckpt = Checkpointer(workdir, identity)
+    try:
+        best = ckpt.restore_best(like)
+    finally:
+        ckpt.close()
+    if best is None:
+        raise UserError(f"no checkpoint in {workdir}/best (written {written}); train longer "
+                        "or pass another --workdir")
+    return best[0]

@@ -58,15 +58,9 @@ def load(workdir: str) -> TrainedClassifier:
     vocab = tc.Vocab.load(os.path.join(workdir, tc.VOCAB_FILE))
     num_classes = tc.get_dataset(identity["dataset"]).num_classes
     model = classify.make_model(config, len(vocab.words), num_classes)
-    ckpt = checkpoint.Checkpointer(workdir, identity)
-    try:
-        best = ckpt.restore_best(classify.init_params(model, jax.random.key(0)))
-    finally:
-        ckpt.close()
-    if best is None:
-        raise UserError(f"no checkpoint in {workdir}/best (written after the first epoch); "
-                        "train longer or pass another --workdir")
-    return TrainedClassifier(config, identity["dataset"], model, best[0], vocab)
+    params = checkpoint.load_best(workdir, identity, classify.init_params(
+        model, jax.random.key(0)), "after the first epoch")
+    return TrainedClassifier(config, identity["dataset"], model, params, vocab)
 
 
 def predict(trained: TrainedClassifier, texts: Sequence[str],

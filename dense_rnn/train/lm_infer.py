@@ -69,15 +69,9 @@ def load(workdir: str, data_dir: str | None = None,
     if len(vocab) > config.vocab_size or ptb.EOS not in vocab:
         raise UserError(f"{workdir}/{ptb.VOCAB_FILE} does not fit the run's config "
                         f"({len(vocab)} words, vocab_size {config.vocab_size})")
-    ckpt = checkpoint.Checkpointer(workdir, identity)
-    try:
-        best = ckpt.restore_best(lm.init_params(config, jax.random.key(0)))
-    finally:
-        ckpt.close()
-    if best is None:
-        raise UserError(f"no checkpoint in {workdir}/best (written after the first "
-                        "validation); train longer or pass another --workdir")
-    return TrainedLM(config, lm.make_model(config), best[0], vocab)
+    params = checkpoint.load_best(workdir, identity, lm.init_params(config, jax.random.key(0)),
+                                  "after the first validation")
+    return TrainedLM(config, lm.make_model(config), params, vocab)
 
 
 def encode_words(words: Iterable[str], word_to_id: dict[str, int]) -> tuple[list[int], int]:
