@@ -41,7 +41,7 @@ CV_DATASETS = {"mr": 10, "subj": 10}
 HM_MODELS = tuple(hm_densernn.TABLE2)
 
 flags.DEFINE_string("suite", "dc_table1", "dc_table1 | dc_table3 | dc_table4 | dc_table5 | "
-                    "hm_table2 | hm_table3 | hm_imdb.")
+                    "hm_table2 | hm_table3 | hm_imdb | hm_ag.")
 flags.DEFINE_string("root", "workdirs/cls", "One workdir per run under this directory.")
 flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds of the non-CV datasets.")
 flags.DEFINE_list("folds", [str(k) for k in range(10)], "CV folds of MR and Subj.")
@@ -120,6 +120,8 @@ def suite_jobs(suite: str) -> list[Job]:
             f"hm_densegru_64_{k}" for k in hm_densernn.TABLE3 if k != "no_hierarchy"], "sst5"),
         "hm_imdb": lambda: _hm_jobs([f"{m}_{u}" for u in units for m in (
             "gru", "lstm", "hm_densegru", "hm_denselstm")], "imdb", ("--max_len=400",)),
+        # AG News: train.csv in the data dir, or --extra=--hf_dataset=fancyzhx/ag_news
+        "hm_ag": lambda: _hm_jobs([f"{m}_{u}" for u in units for m in HM_MODELS], "ag"),
     }
     if suite not in suites:
         raise app.UsageError(f"unknown --suite={suite}; known: {', '.join(suites)}")

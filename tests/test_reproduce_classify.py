@@ -30,7 +30,7 @@ def test_dc_table1_names_every_seed_and_fold(parsed):
 def test_every_suite_config_exists_and_table_aliases(parsed):
     configs = classify.all_configs()
     for suite in ("dc_table1", "dc_table3", "dc_table4", "dc_table5", "hm_table2",
-                  "hm_table3", "hm_imdb"):
+                  "hm_table3", "hm_imdb", "hm_ag"):
         for job in rc.suite_jobs(suite):
             assert rc._arg(job, "config") in configs, job
     t3 = {rc._arg(j, "config") for j in rc.suite_jobs("dc_table3")}
