@@ -413,7 +413,11 @@ def test_predict_matches_the_runs_test_accuracy(tmp_path):
     summary = json.load(open(f"{tmp_path}/w/summary.json"))
     assert accuracy == pytest.approx(summary["test_accuracy"])
     assert f"{len(lines)} texts" in r.stderr
+    os.makedirs(tmp_path / "lm")
+    (tmp_path / "lm" / "run_identity.json").write_text('{"name": "tiny", "vocab_size": 10}')
     for args, message in (
+            ([f"--workdir={tmp_path}/lm", f"--text_file={tmp_path}/q.txt"],
+             "holds no experiments.classify run"),
             ([f"--workdir={tmp_path}/w"], "--mode=predict needs --text_file"),
             ([f"--workdir={tmp_path}", f"--text_file={tmp_path}/q.txt"],
              "no training run in"),

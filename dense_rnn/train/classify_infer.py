@@ -50,6 +50,9 @@ def load(workdir: str) -> TrainedClassifier:
         hint = (f"pass one of its runs, e.g. --workdir={os.path.join(workdir, runs[0])}"
                 if runs else "pass the --workdir of a finished experiments.classify run")
         raise UserError(f"no training run in {workdir} (no {checkpoint.IDENTITY_FILE}); {hint}")
+    if "dataset" not in identity or "model_args" not in identity:
+        raise UserError(f"{workdir} holds no experiments.classify run (a language model's?); "
+                        "pass the --workdir of a classification run")
     known = {f.name for f in dataclasses.fields(ClassifierConfig)}
     fields = {k: v for k, v in identity.items() if k in known}
     fields["model_args"] = {k: tuple(v) if isinstance(v, list) else v
