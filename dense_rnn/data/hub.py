@@ -12,7 +12,7 @@ from huggingface_hub.utils import logging as hub_logging
 from dense_rnn.errors import UserError
 
 
-def load(name: str, flag: str = "--hf_dataset") -> datasets.DatasetDict:
+def load(name: str) -> datasets.DatasetDict:
     """Every split of the dataset ``name``: a hub name such as ``fancyzhx/ag_news``, with
     ``:CONFIG`` for a dataset of several configs (``nyu-mll/glue:sst2``), or a directory of
     ``train``/``validation``/``test`` data files."""
@@ -24,8 +24,8 @@ def load(name: str, flag: str = "--hf_dataset") -> datasets.DatasetDict:
     except (OSError, ValueError, datasets.exceptions.DatasetsError) as e:
         reason = "; ".join(str(x).strip().splitlines()[0] for x in (e, e.__cause__)
                            if x is not None and str(x).strip()) or type(e).__name__
-        raise UserError(f"{flag}={name} could not be loaded ({reason}); check the name and the "
-                        "connection, or use the local files (--data_dir)") from None
+        raise UserError(f"--hf_dataset={name} could not be loaded ({reason}); check the name "
+                        "and the connection, or use the local files (--data_dir)") from None
     if not isinstance(ds, datasets.DatasetDict):
-        raise UserError(f"{flag}={name} is not a dataset with named splits")
+        raise UserError(f"--hf_dataset={name} is not a dataset with named splits")
     return ds

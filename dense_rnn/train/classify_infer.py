@@ -81,9 +81,9 @@ def predict(trained: TrainedClassifier, texts: Sequence[str],
         logits = trained.model.apply({"params": params}, batch["tokens"], batch["lengths"])
         return jax.nn.softmax(logits.astype(np.float32))
 
-    order = np.argsort([len(s) for s in ids], kind="stable")  # batches() sorts by length
-    out = np.concatenate([np.asarray(probs(trained.params, b))[: int(b["weights"].sum())]
-                          for b in tc.batches(ids, np.zeros(len(ids), np.int32), batch_size)])
-    result = np.empty_like(out)
-    result[order] = out
+    result = np.empty((len(ids), trained.model.num_classes), np.float32)
+    # each row's index rides in the batch's label slot, so rows land where they came from
+    for b in tc.batches(ids, np.arange(len(ids), dtype=np.int32), batch_size):
+        n = int(b["weights"].sum())
+        result[b["labels"][:n]] = np.asarray(probs(trained.params, b))[:n]
     return result, sum(len(s) for s in tokens), unknown
