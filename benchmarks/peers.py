@@ -1,6 +1,7 @@
 """The implementations ours is timed against.
 
-* ``FlaxLSTMLM``: the PTB LMs built from Flax's own ``nn.RNN(nn.OptimizedLSTMCell)``.
+* ``FlaxLSTMLM``: the PTB LMs built from Flax's own ``nn.RNN(nn.OptimizedLSTMCell)``, ``nn.Dense``
+  and ``optax.softmax_cross_entropy_with_integer_labels``.
 * ``TorchLSTMLM``: the same LMs from PyTorch's ``nn.LSTM``.
 * ``dc_bilstm_port`` / ``hm_port``: straightforward ``lax.scan`` ports of the DC-Bi-LSTM and
   HM-DenseRNN equations on our parameter trees: the input projection is done per step
@@ -18,6 +19,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import optax
 
 from dense_rnn.hm_stack import layer_schedule
 from dense_rnn.recurrent import length_mask, reverse_padded, uniform_init
@@ -26,7 +28,8 @@ Array = jax.Array
 
 
 class FlaxLSTMLM(nn.Module):
-    """``dense_rnn.models.lm.LanguageModel`` rebuilt on ``nn.RNN(nn.OptimizedLSTMCell)``."""
+    """``dense_rnn.models.lm.LanguageModel`` rebuilt on ``nn.RNN(nn.OptimizedLSTMCell)``, with
+    ``nn.Dense`` logits and, given ``targets``, optax's cross-entropy: what a Flax user writes."""
 
     vocab_size: int
     embed_size: int
@@ -37,7 +40,8 @@ class FlaxLSTMLM(nn.Module):
     init_scale: float = 0.05
 
     @nn.compact
-    def __call__(self, tokens: Array, carries: tuple, *, deterministic: bool = True):
+    def __call__(self, tokens: Array, carries: tuple, targets: Array | None = None, *,
+                 deterministic: bool = True):
         init = uniform_init(self.init_scale)
         e = nn.Embed(self.vocab_size, self.embed_size, embedding_init=init)(tokens)
         features, new_carries = [nn.Dropout(self.dropout_rate)(e, deterministic)], []
@@ -51,8 +55,10 @@ class FlaxLSTMLM(nn.Module):
             features.append(nn.Dropout(self.dropout_rate)(h, deterministic))
         top = (jnp.concatenate(features[::-1], -1) if self.connectivity == "dense"
                else features[-1])
-        return nn.Dense(self.vocab_size, kernel_init=init, bias_init=init)(top), tuple(
-            new_carries)
+        logits = nn.Dense(self.vocab_size, kernel_init=init, bias_init=init)(top)
+        if targets is not None:  # the stock loss, differentiated by JAX
+            logits = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+        return logits, tuple(new_carries)
 
 
 def torch_lm(vocab_size: int, embed_size: int, hidden_size: int, num_layers: int,

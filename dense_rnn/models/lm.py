@@ -16,7 +16,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from dense_rnn import cells, recurrent, stack
+from dense_rnn import cells, recurrent, softmax, stack
 
 Array = jax.Array
 
@@ -25,8 +25,11 @@ class LanguageModel(nn.Module):
     """An embedding, ``num_layers`` LSTM layers and a softmax over the vocabulary.
 
     Call ``model.apply(variables, tokens, carries, deterministic=...)`` with ``tokens`` of
-    shape (batch, time); returns ``(logits (batch, time, vocab), final_carries)``. Pass the
-    returned carries to the next window for truncated BPTT; ``zero_carries`` starts a stream.
+    shape (batch, time); returns ``(logits (batch, time, vocab), final_carries)``. With
+    ``targets`` (batch, time) it returns the per-token NLL ``(batch, time)`` in place of the
+    logits, from the fused softmax cross-entropy (``softmax.softmax_cross_entropy``): the
+    way to train. Pass the returned carries to the next window for truncated BPTT;
+    ``zero_carries`` starts a stream.
     """
 
     vocab_size: int
@@ -45,7 +48,8 @@ class LanguageModel(nn.Module):
 
     @nn.compact
     def __call__(
-        self, tokens: Array, carries: tuple | None = None, *, deterministic: bool = True
+        self, tokens: Array, carries: tuple | None = None, targets: Array | None = None, *,
+        deterministic: bool = True,
     ) -> tuple[Array, tuple]:
         init = recurrent.uniform_init(self.init_scale)
         e = nn.Embed(self.vocab_size, self.embed_size, embedding_init=init, name="embed")(tokens)
@@ -66,5 +70,6 @@ class LanguageModel(nn.Module):
             name="rnn",
         )(e, carries, deterministic=deterministic)
         top = stack.dense_input(features) if self.connectivity == "dense" else features[-1]
-        logits = nn.Dense(self.vocab_size, kernel_init=init, bias_init=init, name="softmax")(top)
-        return logits, carries
+        out = softmax.SoftmaxOutput(self.vocab_size, kernel_init=init, bias_init=init,
+                                    name="softmax")(top, targets)
+        return out, carries

@@ -73,11 +73,6 @@ def make_optimizer(c: LMConfig, steps_per_epoch: int) -> optax.GradientTransform
     )
 
 
-def sequence_nll(logits: jax.Array, targets: jax.Array) -> jax.Array:
-    """Per-token negative log-likelihood, ``(batch, time)``."""
-    return optax.softmax_cross_entropy_with_integer_labels(logits, targets)
-
-
 def make_train_step(model: LanguageModel, tx: optax.GradientTransformation, seed: int,
                     compute_dtype: Any = jnp.float32, mesh: Mesh | None = None):
     """A jitted ``(params, opt_state, carries, x, y, step) -> (params, opt_state, carries,
@@ -90,11 +85,11 @@ def make_train_step(model: LanguageModel, tx: optax.GradientTransformation, seed
         rng = jax.random.fold_in(base_key, step)
 
         def loss_fn(p):
-            logits, new_carries = model.apply(
+            nll, new_carries = model.apply(
                 {"params": precision.cast_floating(p, compute_dtype)}, x,
-                precision.cast_floating(carries, compute_dtype), deterministic=False,
+                precision.cast_floating(carries, compute_dtype), y, deterministic=False,
                 rngs={"dropout": rng})
-            nll = sequence_nll(logits.astype(jnp.float32), y).sum()
+            nll = nll.sum()
             return nll / x.shape[0], (precision.cast_floating(new_carries, jnp.float32), nll)
 
         grads, (carries, nll) = jax.grad(loss_fn, has_aux=True)(params)
@@ -110,11 +105,10 @@ def make_train_step(model: LanguageModel, tx: optax.GradientTransformation, seed
 
 def make_eval_step(model: LanguageModel, compute_dtype: Any = jnp.float32):
     def eval_step(params, carries, x, y):
-        logits, carries = model.apply({"params": precision.cast_floating(params, compute_dtype)},
-                                      x, precision.cast_floating(carries, compute_dtype),
-                                      deterministic=True)
-        nll = sequence_nll(logits.astype(jnp.float32), y).sum()
-        return precision.cast_floating(carries, jnp.float32), nll
+        nll, carries = model.apply({"params": precision.cast_floating(params, compute_dtype)},
+                                   x, precision.cast_floating(carries, compute_dtype), y,
+                                   deterministic=True)
+        return precision.cast_floating(carries, jnp.float32), nll.sum()
 
     return jax.jit(eval_step)
 

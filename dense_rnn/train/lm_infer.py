@@ -139,10 +139,8 @@ def make_sequence_log_probs(model: LanguageModel) -> Callable:
     every row in one pass from a zero state."""
 
     def fn(params, inputs, targets, mask):
-        logits, _ = model.apply({"params": params}, inputs)
-        log_probs = jax.nn.log_softmax(logits.astype(jnp.float32))
-        picked = jnp.take_along_axis(log_probs, targets[..., None], -1)[..., 0]
-        return jnp.sum(picked * mask, -1)
+        nll, _ = model.apply({"params": params}, inputs, None, targets)
+        return -jnp.sum(nll * mask, -1)
 
     return jax.jit(fn)
 

@@ -1,0 +1,89 @@
+"""The softmax output layer and its cross-entropy, fused, with a hand-written backward pass.
+
+``nll_t = logsumexp(W^T x_t + b) - (W^T x_t + b)[y_t]``: the negative log-likelihood of the
+softmax layer of Zaremba et al. (2014) and Godin et al. (2017, eq. 7 / 11).
+
+Differentiating ``optax.softmax_cross_entropy_with_integer_labels(x @ W + b, y)`` makes XLA
+scatter a one-hot into a fresh (tokens, vocab) buffer, run the log-softmax's backward in
+several passes, and lay out ``dlogits`` transposed for the kernel gradient. Here the backward
+is written out: one elementwise pass ``dlogits = (softmax - onehot) * g`` over the saved
+logits, then the three products ``dx = dlogits W^T``, ``dW = x^T dlogits``, ``db = 1^T
+dlogits`` on canonical layouts.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+
+def _logits(x: Array, kernel: Array, bias: Array) -> Array:
+    return x @ kernel + bias
+
+
+def _at_least_float32(x: Array) -> Array:
+    return x.astype(jnp.promote_types(x.dtype, jnp.float32))
+
+
+def _nll(logits: Array, targets: Array) -> tuple[Array, Array]:
+    """Per-row NLL and log-normaliser of ``logits`` (tokens, vocab)."""
+    lse = jax.nn.logsumexp(logits, axis=-1)
+    return lse - jnp.take_along_axis(logits, targets[:, None], axis=-1)[:, 0], lse
+
+
+@jax.custom_vjp
+def softmax_cross_entropy(x: Array, kernel: Array, bias: Array, targets: Array) -> Array:
+    """Per-token NLL of the softmax layer ``(kernel, bias)`` on features ``x``.
+
+    Args:
+      x: features (..., d); the products run in its dtype, the softmax in at least float32.
+      kernel: (d, vocab). bias: (vocab,).
+      targets: integer ids with the leading shape of ``x``.
+
+    Returns:
+      The NLL (float32, or float64 for float64 inputs) with the leading shape of ``x``.
+    """
+    logits = _at_least_float32(_logits(x, kernel, bias))
+    return _nll(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))[0].reshape(
+        targets.shape)
+
+
+def _fwd(x, kernel, bias, targets):
+    x2 = x.reshape(-1, x.shape[-1])
+    logits = _at_least_float32(_logits(x2, kernel, bias))
+    nll, lse = _nll(logits, targets.reshape(-1))
+    return nll.reshape(targets.shape), (x2, kernel, logits, lse, targets)
+
+
+def _bwd(residuals, g):
+    x2, kernel, logits, lse, targets = residuals
+    onehot = jnp.arange(logits.shape[-1]) == targets.reshape(-1, 1)
+    d = ((jnp.exp(logits - lse[:, None]) - onehot) * g.reshape(-1, 1)).astype(x2.dtype)
+    dx = (d @ kernel.T).reshape(*targets.shape, x2.shape[-1])
+    return dx, x2.T @ d, d.sum(0).astype(kernel.dtype), None
+
+
+softmax_cross_entropy.defvjp(_fwd, _bwd)
+
+
+class SoftmaxOutput(nn.Module):
+    """The softmax layer: logits, or with ``targets`` the fused per-token NLL.
+
+    Its parameters are ``nn.Dense``'s (``kernel`` (d, vocab), ``bias`` (vocab,)).
+    """
+
+    vocab_size: int
+    kernel_init: nn.initializers.Initializer = nn.initializers.lecun_normal()
+    bias_init: nn.initializers.Initializer = nn.initializers.zeros_init()
+
+    @nn.compact
+    def __call__(self, x: Array, targets: Array | None = None) -> Array:
+        kernel = self.param("kernel", self.kernel_init, (x.shape[-1], self.vocab_size))
+        bias = self.param("bias", self.bias_init, (self.vocab_size,))
+        kernel, bias = kernel.astype(x.dtype), bias.astype(x.dtype)
+        if targets is None:
+            return _logits(x, kernel, bias)
+        return softmax_cross_entropy(x, kernel, bias, targets)

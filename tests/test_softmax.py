@@ -1,0 +1,76 @@
+"""The fused softmax cross-entropy (``softmax.softmax_cross_entropy``): its value and every
+gradient against a float64 NumPy reference of the same equation, and against JAX's
+autodiff of ``optax.softmax_cross_entropy_with_integer_labels`` in float32."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from dense_rnn import softmax
+
+B, T, D, V = 3, 4, 6, 11
+
+
+def inputs(dtype):
+    k = jax.random.split(jax.random.key(0), 5)
+    return (jax.random.normal(k[0], (B, T, D), dtype), jax.random.normal(k[1], (D, V), dtype),
+            jax.random.normal(k[2], (V,), dtype), jax.random.randint(k[3], (B, T), 0, V),
+            jax.random.normal(k[4], (B, T), dtype))
+
+
+def numpy_reference(x, w, b, y, g):
+    """``nll = logsumexp(z) - z[y]``, ``z = x W + b``, and the gradients of ``sum(g * nll)``:
+    ``dz = g (softmax(z) - onehot(y))``, ``dx = dz W^T``, ``dW = x^T dz``, ``db = sum dz``."""
+    x, w, b, g = (np.asarray(a, np.float64) for a in (x, w, b, g))
+    y = np.asarray(y)
+    z = x @ w + b
+    m = z.max(-1, keepdims=True)
+    lse = m[..., 0] + np.log(np.exp(z - m).sum(-1))
+    nll = lse - np.take_along_axis(z, y[..., None], -1)[..., 0]
+    p = np.exp(z - lse[..., None])
+    dz = g[..., None] * (p - np.eye(V)[y])
+    flat_x, flat_dz = x.reshape(-1, D), dz.reshape(-1, V)
+    return nll, dz @ w.T, flat_x.T @ flat_dz, flat_dz.sum(0)
+
+
+def fused_value_and_grads(x, w, b, y, g):
+    def loss(x, w, b):
+        nll = softmax.softmax_cross_entropy(x, w, b, y)
+        return jnp.sum(g * nll), nll
+
+    (_, nll), grads = jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True)(x, w, b)
+    return (nll, *grads)
+
+
+def test_matches_float64_numpy_reference(x64):
+    a = inputs(jnp.float64)
+    for got, want in zip(fused_value_and_grads(*a), numpy_reference(*a), strict=True):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12, atol=1e-12)
+
+
+def test_matches_optax_autodiff_float32():
+    x, w, b, y, g = inputs(jnp.float32)
+
+    def loss(x, w, b):
+        nll = optax.softmax_cross_entropy_with_integer_labels(x @ w + b, y)
+        return jnp.sum(g * nll), nll
+
+    (_, nll), grads = jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True)(x, w, b)
+    for got, want in zip(fused_value_and_grads(x, w, b, y, g), (nll, *grads), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_module_logits_and_nll_agree(dtype):
+    x, _, _, y, _ = inputs(jnp.float32)
+    layer = softmax.SoftmaxOutput(V)
+    params = layer.init(jax.random.key(1), x)
+    x = x.astype(dtype)
+    logits = layer.apply(params, x)
+    assert logits.shape == (B, T, V) and logits.dtype == dtype
+    nll = layer.apply(params, x, y)
+    assert nll.shape == (B, T) and nll.dtype == jnp.float32
+    want = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), y)
+    np.testing.assert_allclose(nll, want, rtol=1e-5, atol=1e-5)
