@@ -42,6 +42,22 @@ def test_lm_matches_numpy(x64, connectivity):
                                rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("connectivity", ["dense", "stacked"])
+def test_lm_nll_with_targets_matches_numpy(x64, connectivity):
+    """``model(tokens, targets=y)`` is the per-token NLL of the reference's softmax."""
+    model = LanguageModel(vocab_size=13, embed_size=5, hidden_size=4, num_layers=2,
+                          connectivity=connectivity, init_scale=0.5)
+    rng = np.random.default_rng(1)
+    tokens, targets = (jnp.asarray(rng.integers(0, 13, (2, 6))) for _ in range(2))
+    params = model.init(jax.random.key(0), tokens)["params"]
+    params = jax.tree.map(lambda x: x.astype(jnp.float64), params)
+    nll, _ = model.apply({"params": params}, tokens, None, targets)
+    z = np_lm(params, np.asarray(tokens), connectivity)
+    lse = np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1)) + z.max(-1)
+    want = lse - np.take_along_axis(z, np.asarray(targets)[..., None], -1)[..., 0]
+    np.testing.assert_allclose(nll, want, rtol=1e-10, atol=1e-12)
+
+
 def test_dense_wiring_shapes():
     """Layer l's input is e plus every lower layer; the softmax reads all of them."""
     model = LanguageModel(vocab_size=11, embed_size=7, hidden_size=3, num_layers=4,
