@@ -32,6 +32,14 @@ def project(params: Params, x: Array) -> Array:
     return x @ params["w_ih"] + params["b"]
 
 
+def lstm_gates(z: Array) -> Array:
+    """``[sigmoid(i); sigmoid(f); tanh(g); sigmoid(o)]`` of the LSTM pre-activations ``z``
+    (..., 4H), as one elementwise pass over all four gates."""
+    col = jnp.arange(z.shape[-1])
+    n = z.shape[-1] // 4
+    return jnp.where((col >= 2 * n) & (col < 3 * n), jnp.tanh(z), jax.nn.sigmoid(z))
+
+
 def lstm_step(params: Params, carry: tuple[Array, Array], xw: Array):
     """LSTM (Zaremba et al. 2014, eq. in Sec. 3.1; Godin et al. 2017 eq. 4).
 
@@ -42,10 +50,9 @@ def lstm_step(params: Params, carry: tuple[Array, Array], xw: Array):
         h_t = o * tanh(c_t)
     """
     c, h = carry
-    z = xw + h @ params["w_hh"]
-    i, f, g, o = jnp.split(z, 4, axis=-1)
-    c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
-    h = jax.nn.sigmoid(o) * jnp.tanh(c)
+    i, f, g, o = jnp.split(lstm_gates(xw + h @ params["w_hh"]), 4, axis=-1)
+    c = f * c + i * g
+    h = o * jnp.tanh(c)
     return (c, h), h
 
 

@@ -114,19 +114,18 @@ def _generic_scan(cell, params, xs, carry, mask, recurrent_mask, unroll):
 
 
 def _lstm_forward(w_hh, xs, carry, mask, rmask, unroll, save):
-    """The LSTM scan of ``cells.lstm_step`` (same operations, same order); with ``save``
-    it also returns per step the residuals its backward pass needs."""
+    """The LSTM scan of ``cells.lstm_step`` (the same operations, in the same order); with
+    ``save`` it also returns per step the residuals its backward pass needs."""
 
     def body(carry, inputs):
         c, h = carry
         xw_t, m_t = inputs
-        z = xw_t + (h if rmask is None else h * rmask) @ w_hh
-        zi, zf, zg, zo = jnp.split(z, 4, axis=-1)
-        i, f, g, o = jax.nn.sigmoid(zi), jax.nn.sigmoid(zf), jnp.tanh(zg), jax.nn.sigmoid(zo)
+        acts = cells.lstm_gates(xw_t + (h if rmask is None else h * rmask) @ w_hh)
+        i, f, g, o = jnp.split(acts, 4, axis=-1)
         c_new = f * c + i * g
         tc = jnp.tanh(c_new)
         h_new = o * tc
-        res = (i, f, g, o, c, tc, h) if save else None
+        res = (acts, c, tc, h) if save else None
         if m_t is None:
             return (c_new, h_new), (h_new, res)
         keep = m_t[:, None]
@@ -147,9 +146,10 @@ def lstm_scan(w_hh: Array, xs: Array, carry: tuple[Array, Array], mask: Array | 
 
     ``mask`` (time, batch) marks real steps (padding keeps the carry and outputs 0),
     ``rmask`` (batch, H) or (D, batch, H) is the recurrent dropout mask on ``h_{t-1}``. The
-    backward scan carries only ``(dc, dh)`` and emits the gate gradients ``dz``; the weight
-    gradient is then one matrix product over all steps, ``sum_t h_{t-1}^T dz_t``, instead of
-    a small product accumulated at every step.
+    forward scan computes all four gates in one elementwise pass and saves them as one
+    array. The backward scan carries only ``(dc, dh)`` and emits the gate gradients ``dz``;
+    the weight gradient is then one matrix product over all steps, ``sum_t h_{t-1}^T dz_t``,
+    instead of a small product accumulated at every step.
     """
     carry, ys, _ = _lstm_forward(w_hh, xs, carry, mask, rmask, unroll, save=False)
     return carry, ys
@@ -167,7 +167,8 @@ def _lstm_scan_bwd(unroll, residuals, cotangents):
 
     def body(carry, inputs):
         dc, dh, drmask = carry
-        dy, m_t, (i, f, g, o, c_prev, tc, h_prev) = inputs
+        dy, m_t, (acts, c_prev, tc, h_prev) = inputs
+        i, f, g, o = jnp.split(acts, 4, axis=-1)
         dh_out, dc_out = dh + dy, dc
         if m_t is not None:  # padding: the carry passed through unchanged
             keep = m_t[:, None]
