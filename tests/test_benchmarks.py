@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from benchmarks import flops, peers, run
+from benchmarks import flops, peers, profile, run
 from dense_rnn.configs import ptb
 from dense_rnn.train import classify
 
@@ -19,6 +19,12 @@ def test_quick_path_runs_a_tiny_workload(capsys):
     assert {"ours", "flax nn.RNN", "gemm xla"} <= set(impls)
     assert impls["ours"]["ours_x"] == 1.0 and impls["ours"]["rate"] > 0
     assert "| tiny train" in capsys.readouterr().out
+
+
+def test_profile_reports_kernels_of_a_tiny_workload():
+    out = profile.main(["tiny_lm", "--steps", "2", "--min_ms", "0"])
+    assert out.startswith("step ms: ") and len(out.splitlines()[0].split()) == 4
+    assert "fastest step" in out and "while" in out  # the LSTM scans are kernels too
 
 
 def test_lm_flops_count_every_product():

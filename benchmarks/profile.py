@@ -1,0 +1,93 @@
+"""``python -m benchmarks.profile WORKLOAD [--impl ours] [--steps 10]``: where one step's time
+goes, per XLA kernel.
+
+Runs a workload's JAX implementation under ``jax.profiler.trace`` and prints, from the
+Perfetto trace: every step's wall time, the kernels with the most time per step (with how
+often they run per step: 35 means once per time step of a scan), and the timeline of the
+fastest step (kernels above ``--min_ms``, with their start offsets and threads). Kernels on
+different threads overlap, so their times do not add up to the step's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import gzip
+import json
+import tempfile
+
+import jax
+
+from dense_rnn.platform import reexec_with_fast_malloc
+
+# Runtime and Python frames in the trace; everything else is a kernel (thunk) or a loop.
+_NOT_KERNELS = ("$", "ThunkExecutor", "SlinkyThreadPool", "PjitFunction", "PjRt", "Common",
+                "step ", "Handle inputs", "ParseArguments", "AllocateOutputBuffers")
+
+
+def trace_steps(step, steps: int) -> list[dict]:
+    """Complete ('X') trace events of ``steps`` calls of ``step``, each call inside an
+    annotation named ``step I``."""
+    with tempfile.TemporaryDirectory() as d:
+        with jax.profiler.trace(d, create_perfetto_trace=True):
+            for i in range(steps):
+                with jax.profiler.TraceAnnotation(f"step {i}"):
+                    step()
+        (path,) = glob.glob(f"{d}/**/*.trace.json.gz", recursive=True)
+        with gzip.open(path) as f:
+            return [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+
+
+def report(events: list[dict], top: int, min_ms: float) -> str:
+    steps = sorted((e for e in events if e["name"].startswith("step ")), key=lambda e: e["ts"])
+    kernels = [e for e in events if not e["name"].startswith(_NOT_KERNELS)]
+
+    def inside(s):
+        return [e for e in kernels if s["ts"] <= e["ts"] <= s["ts"] + s["dur"]]
+
+    lines = ["step ms: " + " ".join(f"{s['dur'] / 1e3:.1f}" for s in steps)]
+    total, count = collections.Counter(), collections.Counter()
+    for s in steps:
+        for e in inside(s):
+            total[e["name"]] += e["dur"] / 1e3 / len(steps)
+            count[e["name"]] += 1 / len(steps)
+    lines += ["", f"top {top} kernels: ms/step  calls/step  name"]
+    lines += [f"{ms:9.2f}  {count[name]:9.0f}  {name}" for name, ms in total.most_common(top)]
+    fastest = min(steps, key=lambda s: s["dur"])
+    threads = {}
+    lines += ["", f"fastest step ({fastest['dur'] / 1e3:.1f} ms), kernels >= {min_ms} ms: "
+                  "start ms  +ms  thread  name"]
+    for e in sorted(inside(fastest), key=lambda e: e["ts"]):
+        if e["dur"] >= min_ms * 1e3:
+            tid = threads.setdefault(e["tid"], len(threads))
+            lines.append(f"{(e['ts'] - fastest['ts']) / 1e3:8.2f} +{e['dur'] / 1e3:6.2f}  "
+                         f"t{tid}  {e['name']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> str:
+    from benchmarks.workloads import OURS, WORKLOADS
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("workload", choices=sorted(WORKLOADS))
+    p.add_argument("--impl", default=OURS, help="a JAX implementation of the workload")
+    p.add_argument("--steps", type=int, default=10, help="traced steps (after 3 untraced)")
+    p.add_argument("--top", type=int, default=25, help="kernels listed by time per step")
+    p.add_argument("--min_ms", type=float, default=0.2, help="timeline threshold")
+    a = p.parse_args(argv)
+    impls = WORKLOADS[a.workload]().impls
+    if a.impl not in impls or "torch" in a.impl:
+        jax_impls = [k for k in impls if "torch" not in k]
+        p.error(f"--impl must be one of {', '.join(jax_impls)}")
+    step = impls[a.impl]()
+    for _ in range(3):
+        step()
+    out = report(trace_steps(step, a.steps), a.top, a.min_ms)
+    print(out)
+    return out
+
+
+if __name__ == "__main__":
+    reexec_with_fast_malloc()
+    main()
