@@ -57,7 +57,8 @@ class FlaxLSTMLM(nn.Module):
                else features[-1])
         logits = nn.Dense(self.vocab_size, kernel_init=init, bias_init=init)(top)
         if targets is not None:  # the stock loss, differentiated by JAX
-            logits = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+            logits = optax.softmax_cross_entropy_with_integer_labels(
+                logits.astype(jnp.float32), targets)
         return logits, tuple(new_carries)
 
 

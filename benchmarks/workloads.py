@@ -53,18 +53,19 @@ def _jax_loop(fn: Callable, state: list) -> Step:
     return step
 
 
-def gemm_impls(m: int, k: int, n: int) -> dict[str, Builder]:
-    """The roofline: one fp32 ``(m, k) @ (k, n)`` product in XLA and in PyTorch."""
+def gemm_impls(m: int, k: int, n: int, dtype: str = "float32") -> dict[str, Builder]:
+    """The roofline: one ``(m, k) @ (k, n)`` product of ``dtype`` in XLA and in PyTorch."""
 
     def xla() -> Step:
-        a, b = jnp.ones((m, k)), jnp.ones((k, n))
+        a, b = jnp.ones((m, k), dtype), jnp.ones((k, n), dtype)
         f = jax.jit(jnp.dot)
         return lambda: jax.block_until_ready(f(a, b))
 
     def torch_mm() -> Step:
         import torch
 
-        a, b, out = torch.ones(m, k), torch.ones(k, n), torch.empty(m, n)
+        t = getattr(torch, dtype)
+        a, b, out = torch.ones(m, k, dtype=t), torch.ones(k, n, dtype=t), torch.empty(m, n, dtype=t)
         return lambda: torch.mm(a, b, out=out)
 
     return {f"{GEMM} xla": xla, f"{GEMM} torch": torch_mm}
@@ -81,9 +82,11 @@ def _zero_carries(c: ptb.LMConfig, batch: int) -> tuple:
                  for _ in range(c.num_layers))
 
 
-def lm_workload(name: str, train: bool = True) -> Workload:
+def lm_workload(name: str, train: bool = True, dtype: str = "float32") -> Workload:
     """A PTB config's training step at its own (batch, num_steps), or its evaluation step
-    at (eval_batch_size, num_steps)."""
+    at (eval_batch_size, num_steps). With ``dtype="bfloat16"`` every implementation computes
+    in bfloat16 with float32 parameters: ours and Flax through ``compute_dtype``, PyTorch
+    under ``torch.autocast``."""
     c = ptb.CONFIGS[name]
     batch, time = (c.batch_size if train else c.eval_batch_size), c.num_steps
     x, y = _lm_data(c, batch, time)
@@ -92,7 +95,7 @@ def lm_workload(name: str, train: bool = True) -> Workload:
     def jax_impl(model) -> Step:
         params = model.init(key, jnp.asarray(x), _zero_carries(c, batch))["params"]
         if not train:
-            eval_step = lm.make_eval_step(model)
+            eval_step = lm.make_eval_step(model, dtype)
 
             def evaluate(carries):
                 carries, nll = eval_step(params, carries, x, y)
@@ -100,7 +103,7 @@ def lm_workload(name: str, train: bool = True) -> Workload:
 
             return _jax_loop(evaluate, [_zero_carries(c, batch)])
         tx = lm.make_optimizer(c, LR_STEPS_PER_EPOCH)
-        train_step = lm.make_train_step(model, tx, c.seed)
+        train_step = lm.make_train_step(model, tx, c.seed, dtype)
 
         def fn(p, o, cr, i):
             p, o, cr, nll = train_step(p, o, cr, x, y, i)
@@ -120,18 +123,20 @@ def lm_workload(name: str, train: bool = True) -> Workload:
         carries = [(torch.zeros(layers, batch, c.hidden_size),) * 2 for _ in range(n_lstm)]
         opt = torch.optim.SGD(model.parameters(), lr=c.learning_rate)
         model.train(train)
+        autocast = torch.autocast("cpu", torch.bfloat16, enabled=dtype == "bfloat16")
 
         def step() -> None:
             if not train:
-                with torch.no_grad():
+                with torch.no_grad(), autocast:
                     logits, new = model(tx, carries)
                     torch.nn.functional.cross_entropy(
                         logits.reshape(-1, c.vocab_size), ty.reshape(-1), reduction="sum")
             else:
                 opt.zero_grad(set_to_none=True)
-                logits, new = model(tx, carries)
-                loss = torch.nn.functional.cross_entropy(
-                    logits.reshape(-1, c.vocab_size), ty.reshape(-1), reduction="sum") / batch
+                with autocast:
+                    logits, new = model(tx, carries)
+                    loss = torch.nn.functional.cross_entropy(
+                        logits.reshape(-1, c.vocab_size), ty.reshape(-1), reduction="sum") / batch
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), c.max_grad_norm)
                 opt.step()
@@ -142,13 +147,14 @@ def lm_workload(name: str, train: bool = True) -> Workload:
     flax_model = peers.FlaxLSTMLM(c.vocab_size, c.embed_size, c.hidden_size, c.num_layers,
                                   c.connectivity, c.dropout_rate, c.init_scale)
     factor = flops.TRAIN_FACTOR if train else 1
+    suffix = "" if dtype == "float32" else f" {dtype}"
     return Workload(
-        name=f"{name} {'train' if train else 'eval'} B={batch} T={time}",
+        name=f"{name} {'train' if train else 'eval'} B={batch} T={time}{suffix}",
         unit="tok/s", items=batch * time, flops=factor * flops.lm_forward(c, batch, time),
         gemm_flops=flops.matmul(*flops.lm_softmax_shape(c, batch, time)),
         impls={OURS: lambda: jax_impl(lm.make_model(c)), "flax nn.RNN": lambda: jax_impl(
             flax_model), "torch nn.LSTM": torch_impl,
-            **gemm_impls(*flops.lm_softmax_shape(c, batch, time))},
+            **gemm_impls(*flops.lm_softmax_shape(c, batch, time), dtype)},
     )
 
 
@@ -219,11 +225,16 @@ WORKLOADS: dict[str, Callable[[], Workload]] = {
     "hm_densegru": hm_workload,
     "eval_zaremba_medium": lambda: lm_workload("zaremba_medium", train=False),
     "eval_godin_dense_200x2": lambda: lm_workload("godin_dense_200x2", train=False),
+    # bfloat16 compute (float32 parameters) in every implementation.
+    "zaremba_small_bf16": lambda: lm_workload("zaremba_small", dtype="bfloat16"),
+    "zaremba_medium_bf16": lambda: lm_workload("zaremba_medium", dtype="bfloat16"),
+    "godin_dense_200x2_bf16": lambda: lm_workload("godin_dense_200x2", dtype="bfloat16"),
     # Small shapes for --quick and tests.
     "tiny_lm": lambda: lm_workload("tiny"),
     "dc_bilstm_small": lambda: dc_bilstm_workload(32, 20, dl=2),
     "hm_densegru_small": lambda: hm_workload(batch=8, time=32),
 }
 FULL = ("zaremba_small", "zaremba_medium", "godin_dense_200x2", "godin_dense_200x4",
-        "dc_bilstm", "hm_densegru", "eval_zaremba_medium", "eval_godin_dense_200x2")
+        "dc_bilstm", "hm_densegru", "eval_zaremba_medium", "eval_godin_dense_200x2",
+        "zaremba_small_bf16", "zaremba_medium_bf16", "godin_dense_200x2_bf16")
 QUICK = ("zaremba_small", "dc_bilstm_small", "hm_densegru_small")

@@ -2,8 +2,9 @@
 ``compute_dtype`` (bfloat16 on TPUs and recent GPUs).
 
 Inside a step the float32 parameters are cast to the compute dtype before the forward
-pass (so gradients flow back to float32 through the cast), and logits are cast to float32
-before the softmax cross-entropy.
+pass (so gradients flow back to float32 through the cast). The softmax layer's products
+take compute-dtype operands and accumulate in float32 (``matmul``), so the logits and the
+cross-entropy are float32.
 """
 
 from __future__ import annotations
@@ -28,3 +29,10 @@ def cast_floating(tree: Any, dtype: Any) -> Any:
     """``tree`` with its floating-point leaves cast to ``dtype`` (others untouched)."""
     return jax.tree.map(
         lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
+
+
+def matmul(a: jax.Array, b: jax.Array) -> jax.Array:
+    """``a @ b`` accumulated and returned in at least float32. With bfloat16 operands this
+    is the product CPUs with AVX512_BF16 (and GPUs, TPUs) run at twice the float32 rate;
+    a bfloat16 result would take XLA's CPU path at the float32 rate."""
+    return jnp.matmul(a, b, preferred_element_type=jnp.promote_types(a.dtype, jnp.float32))

@@ -17,15 +17,15 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from dense_rnn import precision
+
 Array = jax.Array
 
 
 def _logits(x: Array, kernel: Array, bias: Array) -> Array:
-    return x @ kernel + bias
-
-
-def _at_least_float32(x: Array) -> Array:
-    return x.astype(jnp.promote_types(x.dtype, jnp.float32))
+    """``x @ kernel + bias``, accumulated and returned in at least float32."""
+    out = precision.matmul(x, kernel)
+    return out + bias.astype(out.dtype)
 
 
 def _nll(logits: Array, targets: Array) -> tuple[Array, Array]:
@@ -39,21 +39,22 @@ def softmax_cross_entropy(x: Array, kernel: Array, bias: Array, targets: Array) 
     """Per-token NLL of the softmax layer ``(kernel, bias)`` on features ``x``.
 
     Args:
-      x: features (..., d); the products run in its dtype, the softmax in at least float32.
+      x: features (..., d); the products take it in its dtype, the logits and the
+        softmax are at least float32.
       kernel: (d, vocab). bias: (vocab,).
       targets: integer ids with the leading shape of ``x``.
 
     Returns:
       The NLL (float32, or float64 for float64 inputs) with the leading shape of ``x``.
     """
-    logits = _at_least_float32(_logits(x, kernel, bias))
+    logits = _logits(x, kernel, bias)
     return _nll(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))[0].reshape(
         targets.shape)
 
 
 def _fwd(x, kernel, bias, targets):
     x2 = x.reshape(-1, x.shape[-1])
-    logits = _at_least_float32(_logits(x2, kernel, bias))
+    logits = _logits(x2, kernel, bias)
     nll, lse = _nll(logits, targets.reshape(-1))
     return nll.reshape(targets.shape), (x2, kernel, logits, lse, targets)
 
@@ -61,9 +62,11 @@ def _fwd(x, kernel, bias, targets):
 def _bwd(residuals, g):
     x2, kernel, logits, lse, targets = residuals
     onehot = jnp.arange(logits.shape[-1]) == targets.reshape(-1, 1)
-    d = ((jnp.exp(logits - lse[:, None]) - onehot) * g.reshape(-1, 1)).astype(x2.dtype)
-    dx = (d @ kernel.T).reshape(*targets.shape, x2.shape[-1])
-    return dx, x2.T @ d, d.sum(0).astype(kernel.dtype), None
+    d = (jnp.exp(logits - lse[:, None]) - onehot) * g.reshape(-1, 1)
+    db = d.sum(0).astype(kernel.dtype)
+    d = d.astype(x2.dtype)
+    dx = precision.matmul(d, kernel.T).astype(x2.dtype).reshape(*targets.shape, x2.shape[-1])
+    return dx, precision.matmul(x2.T, d).astype(kernel.dtype), db, None
 
 
 softmax_cross_entropy.defvjp(_fwd, _bwd)
@@ -85,5 +88,5 @@ class SoftmaxOutput(nn.Module):
         bias = self.param("bias", self.bias_init, (self.vocab_size,))
         kernel, bias = kernel.astype(x.dtype), bias.astype(x.dtype)
         if targets is None:
-            return _logits(x, kernel, bias)
+            return x @ kernel + bias
         return softmax_cross_entropy(x, kernel, bias, targets)
