@@ -47,9 +47,7 @@ def softmax_cross_entropy(x: Array, kernel: Array, bias: Array, targets: Array) 
     Returns:
       The NLL (float32, or float64 for float64 inputs) with the leading shape of ``x``.
     """
-    logits = _logits(x, kernel, bias)
-    return _nll(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))[0].reshape(
-        targets.shape)
+    return _fwd(x, kernel, bias, targets)[0]
 
 
 def _fwd(x, kernel, bias, targets):
