@@ -13,6 +13,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from dense_rnn.errors import UserError
 
@@ -31,8 +32,33 @@ def cast_floating(tree: Any, dtype: Any) -> Any:
         lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
 
 
+def _accumulator(a: jax.Array) -> jnp.dtype:
+    return jnp.promote_types(a.dtype, jnp.float32)
+
+
 def matmul(a: jax.Array, b: jax.Array) -> jax.Array:
     """``a @ b`` accumulated and returned in at least float32. With bfloat16 operands this
     is the product CPUs with AVX512_BF16 (and GPUs, TPUs) run at twice the float32 rate;
     a bfloat16 result would take XLA's CPU path at the float32 rate."""
-    return jnp.matmul(a, b, preferred_element_type=jnp.promote_types(a.dtype, jnp.float32))
+    return jnp.matmul(a, b, preferred_element_type=_accumulator(a))
+
+
+def matmul_nt(a: jax.Array, b: jax.Array) -> jax.Array:
+    """``a @ b.T`` for 2-D ``a`` (m, k) and ``b`` (n, k), as ``matmul``: one product
+    contracting both last axes, with no transpose for XLA to fold."""
+    return lax.dot_general(a, b, (((1,), (1,)), ((), ())), preferred_element_type=_accumulator(a))
+
+
+def matmul_tn(a: jax.Array, b: jax.Array) -> jax.Array:
+    """``a.T @ b`` for 2-D ``a`` (k, m) and ``b`` (k, n), as ``matmul``.
+
+    ``a.T`` is materialised row-major first. XLA's CPU backend runs bfloat16 products at
+    the bfloat16 rate only through YNNPACK, which takes a row-major left operand; any
+    other form is upcast to float32. The (m, 1, k) reshape gives the transposed copy a
+    row-major HLO layout (a 2-D transpose carries a permuted one), and the barrier keeps
+    XLA from folding the transpose back into the product.
+    """
+    k, m = a.shape
+    a_t = lax.optimization_barrier(a.T.reshape(m, 1, k))
+    out = lax.dot_general(a_t, b, (((2,), (0,)), ((), ())), preferred_element_type=_accumulator(a))
+    return out.reshape(m, b.shape[1])

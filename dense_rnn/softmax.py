@@ -8,7 +8,8 @@ scatter a one-hot into a fresh (tokens, vocab) buffer, run the log-softmax's bac
 several passes, and lay out ``dlogits`` transposed for the kernel gradient. Here the backward
 is written out: one elementwise pass ``dlogits = (softmax - onehot) * g`` over the saved
 logits, then the three products ``dx = dlogits W^T``, ``dW = x^T dlogits``, ``db = 1^T
-dlogits`` on canonical layouts.
+dlogits`` on canonical layouts. The two matrix products take the compute dtype's operands
+(``precision.matmul_nt`` / ``matmul_tn``), so in bfloat16 they run at the bfloat16 rate.
 """
 
 from __future__ import annotations
@@ -63,8 +64,8 @@ def _bwd(residuals, g):
     d = (jnp.exp(logits - lse[:, None]) - onehot) * g.reshape(-1, 1)
     db = d.sum(0).astype(kernel.dtype)
     d = d.astype(x2.dtype)
-    dx = precision.matmul(d, kernel.T).astype(x2.dtype).reshape(*targets.shape, x2.shape[-1])
-    return dx, precision.matmul(x2.T, d).astype(kernel.dtype), db, None
+    dx = precision.matmul_nt(d, kernel).astype(x2.dtype).reshape(*targets.shape, x2.shape[-1])
+    return dx, precision.matmul_tn(x2, d).astype(kernel.dtype), db, None
 
 
 softmax_cross_entropy.defvjp(_fwd, _bwd)

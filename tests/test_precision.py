@@ -1,6 +1,7 @@
 """Mixed precision: bfloat16 compute against float32, float32 parameters and loss."""
 
 import dataclasses
+import re
 
 import jax
 import jax.numpy as jnp
@@ -8,7 +9,7 @@ import numpy as np
 import optax
 import pytest
 
-from dense_rnn import precision
+from dense_rnn import precision, softmax
 from dense_rnn.configs.ptb import CONFIGS
 from dense_rnn.data import text_classification as tc
 from dense_rnn.errors import UserError
@@ -81,3 +82,42 @@ def test_bfloat16_classifier_step(name):
         new, _, losses[dtype], _ = train_step(params, tx.init(params), batch, 0)
         assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(new))
     np.testing.assert_allclose(losses["bfloat16"], losses["float32"], rtol=LOSS_RTOL)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_products_match_numpy(dtype):
+    """``matmul``, ``matmul_nt`` and ``matmul_tn`` are ``a @ b``, ``a @ b.T`` and
+    ``a.T @ b`` of the rounded inputs, returned in float32."""
+    shapes = {"a": (5, 7), "b": (7, 3), "c": (5, 3), "e": (3, 7)}
+    keys = jax.random.split(jax.random.key(0), len(shapes))
+    x = {n: jax.random.normal(k, s, dtype) for k, (n, s) in zip(keys, shapes.items(), strict=True)}
+    f = {n: np.asarray(v, np.float64) for n, v in x.items()}
+    for got, want in [(precision.matmul(x["a"], x["b"]), f["a"] @ f["b"]),
+                      (precision.matmul_nt(x["a"], x["e"]), f["a"] @ f["e"].T),
+                      (precision.matmul_tn(x["a"], x["c"]), f["a"].T @ f["c"])]:
+        assert got.dtype == jnp.float32
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _dot_operand_types(hlo: str) -> list[tuple[str, ...]]:
+    """The element types of every dot's operands in an HLO module's text."""
+    types = dict(re.findall(r"%(\S+) = (\w+)\[", hlo))
+    return [tuple(types[o] for o in operands) for operands in
+            (re.findall(r"%([\w.\-]+)", args) for args in re.findall(r" dot\(([^)]*)\)", hlo))]
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA CPU's choice of kernels")
+def test_bfloat16_softmax_gradient_keeps_bfloat16_products():
+    """All three products of the softmax layer's bfloat16 training step (logits, d(input),
+    d(kernel)) keep bfloat16 operands: on CPU, XLA runs any other form at the float32 rate."""
+    n, d, v = 64, 32, 512
+    x = jnp.ones((n, d), jnp.bfloat16)
+    w, y = jnp.ones((d, v), jnp.bfloat16), jnp.zeros((n,), jnp.int32)
+
+    def loss(x, w):
+        return softmax.softmax_cross_entropy(x, w, jnp.zeros((v,), jnp.bfloat16), y).sum()
+
+    hlo = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(x, w).compile().as_text()
+    operand_types = _dot_operand_types(hlo)
+    assert len(operand_types) == 3
+    assert all(t == ("bf16", "bf16") for t in operand_types), operand_types
