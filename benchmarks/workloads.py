@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import flops, peers
+from dense_rnn import precision
 from dense_rnn.configs import ptb
 from dense_rnn.configs.classifier import ClassifierConfig
 from dense_rnn.configs.dc_bilstm import dense_features
@@ -54,11 +55,13 @@ def _jax_loop(fn: Callable, state: list) -> Step:
 
 
 def gemm_impls(m: int, k: int, n: int, dtype: str = "float32") -> dict[str, Builder]:
-    """The roofline: one ``(m, k) @ (k, n)`` product of ``dtype`` in XLA and in PyTorch."""
+    """The roofline: one ``(m, k) @ (k, n)`` product of ``dtype`` operands in XLA (as the
+    library runs it: ``precision.matmul``, accumulated and returned in float32) and in
+    PyTorch."""
 
     def xla() -> Step:
         a, b = jnp.ones((m, k), dtype), jnp.ones((k, n), dtype)
-        f = jax.jit(jnp.dot)
+        f = jax.jit(precision.matmul)
         return lambda: jax.block_until_ready(f(a, b))
 
     def torch_mm() -> Step:

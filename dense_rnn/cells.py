@@ -22,6 +22,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from dense_rnn import precision
+
 Array = jax.Array
 Params = dict[str, Array]
 Carry = Any
@@ -29,7 +31,12 @@ Carry = Any
 
 def project(params: Params, x: Array) -> Array:
     """Input projection of every gate, ``x @ w_ih + b``, for any leading shape."""
-    return x @ params["w_ih"] + params["b"]
+    return precision.linear(x, params["w_ih"]) + params["b"]
+
+
+def recurrent_product(h: Array, w_hh: Array) -> Array:
+    """``h @ w_hh``, accumulated in at least float32 and returned in ``h``'s dtype."""
+    return precision.matmul(h, w_hh).astype(h.dtype)
 
 
 def lstm_gates(z: Array) -> Array:
@@ -50,7 +57,7 @@ def lstm_step(params: Params, carry: tuple[Array, Array], xw: Array):
         h_t = o * tanh(c_t)
     """
     c, h = carry
-    i, f, g, o = jnp.split(lstm_gates(xw + h @ params["w_hh"]), 4, axis=-1)
+    i, f, g, o = jnp.split(lstm_gates(xw + recurrent_product(h, params["w_hh"])), 4, axis=-1)
     c = f * c + i * g
     h = o * jnp.tanh(c)
     return (c, h), h

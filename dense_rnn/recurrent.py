@@ -18,7 +18,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from dense_rnn import cells
+from dense_rnn import cells, precision
 
 Array = jax.Array
 Initializer = Callable[..., Array]
@@ -120,7 +120,8 @@ def _lstm_forward(w_hh, xs, carry, mask, rmask, unroll, save):
     def body(carry, inputs):
         c, h = carry
         xw_t, m_t = inputs
-        acts = cells.lstm_gates(xw_t + (h if rmask is None else h * rmask) @ w_hh)
+        h_in = h if rmask is None else h * rmask
+        acts = cells.lstm_gates(xw_t + cells.recurrent_product(h_in, w_hh))
         i, f, g, o = jnp.split(acts, 4, axis=-1)
         c_new = f * c + i * g
         tc = jnp.tanh(c_new)
@@ -180,7 +181,7 @@ def _lstm_scan_bwd(unroll, residuals, cotangents):
         dz = jnp.concatenate([
             dc_new * g * i * (1.0 - i), dc_new * c_prev * f * (1.0 - f),
             dc_new * i * (1.0 - g * g), dh_out * tc * o * (1.0 - o)], axis=-1)
-        dh_in = dz @ w_t
+        dh_in = precision.matmul(dz, w_t).astype(dz.dtype)
         if rmask is not None:
             drmask = drmask + h_prev * dh_in
             dh_in = dh_in * rmask
@@ -190,8 +191,14 @@ def _lstm_scan_bwd(unroll, residuals, cotangents):
     (dc0, dh0, drmask), dzs = jax.lax.scan(
         body, (dc_last, dh_last, drmask0), (dys, mask, res), reverse=True, unroll=unroll)
     h_prev = res[-1] if rmask is None else res[-1] * rmask
-    dw = jnp.einsum("t...bh,t...bg->...hg", h_prev, dzs)
-    return dw, dzs, (dc0, dh0), None, drmask
+    dw = jax.vmap(_sum_over_steps, in_axes=1) if w_hh.ndim == 3 else _sum_over_steps
+    return dw(h_prev, dzs).astype(w_hh.dtype), dzs, (dc0, dh0), None, drmask
+
+
+def _sum_over_steps(h: Array, dz: Array) -> Array:
+    """``sum_t h_t^T dz_t`` over time-major ``h`` (time, batch, H) and ``dz`` (time, batch, G),
+    as one product."""
+    return precision.matmul_tn(h.reshape(-1, h.shape[-1]), dz.reshape(-1, dz.shape[-1]))
 
 
 lstm_scan.defvjp(_lstm_scan_fwd, _lstm_scan_bwd)

@@ -121,3 +121,34 @@ def test_bfloat16_softmax_gradient_keeps_bfloat16_products():
     operand_types = _dot_operand_types(hlo)
     assert len(operand_types) == 3
     assert all(t == ("bf16", "bf16") for t in operand_types), operand_types
+
+
+def test_linear_value_and_gradients_match_numpy(x64):
+    """``linear`` and its hand-written backward: ``x @ w``, ``g w^T`` and ``x^T g`` over a
+    leading batch shape, against float64 NumPy."""
+    k = jax.random.split(jax.random.key(0), 3)
+    x, w = jax.random.normal(k[0], (2, 3, 5), jnp.float64), jax.random.normal(k[1], (5, 4))
+    g = jax.random.normal(k[2], (2, 3, 4), jnp.float64)
+    out, vjp = jax.vjp(precision.linear, x, w)
+    dx, dw = vjp(g)
+    xn, wn, gn = (np.asarray(a) for a in (x, w, g))
+    np.testing.assert_allclose(out, xn @ wn, rtol=1e-12)
+    np.testing.assert_allclose(dx, gn @ wn.T, rtol=1e-12)
+    np.testing.assert_allclose(dw, xn.reshape(-1, 5).T @ gn.reshape(-1, 4), rtol=1e-12)
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA CPU's choice of kernels")
+@pytest.mark.parametrize("name", ["zaremba_small", "godin_dense_200x2", "godin_dense_650x2_vd"])
+def test_bfloat16_lm_step_keeps_bfloat16_products(name):
+    """Every product of a bfloat16 LM training step (input projections, recurrent products
+    in both scans, weight gradients, softmax layer) keeps bfloat16 operands."""
+    c = dataclasses.replace(CONFIGS[name], vocab_size=64, hidden_size=32, embed_size=32,
+                            batch_size=4, num_steps=5)
+    model, tx = lm.make_model(c), optax.sgd(1.0)
+    params = lm.init_params(c, jax.random.key(0))
+    x = jnp.zeros((4, 5), jnp.int32)
+    step = lm.make_train_step(model, tx, 0, jnp.bfloat16)
+    hlo = step.lower(params, tx.init(params), model.zero_carries(4), x, x, 0).compile().as_text()
+    operand_types = _dot_operand_types(hlo)
+    assert len(operand_types) >= 3 * 2 * c.num_layers
+    assert all(t == ("bf16", "bf16") for t in operand_types), operand_types
