@@ -132,9 +132,10 @@ def markdown(results: list[dict]) -> str:
              "| % GEMM | compile s | peak RSS MB |", "|" + " --- |" * 10]
     for res in results:
         for r in res["rows"]:
+            rate = "—" if r["rate"] is None else f"{r['rate']:,.0f} {res['unit']}"
             lines.append(
                 f"| {res['workload']} | {r['impl']} | {r['step_ms']:.2f} | "
-                f"{100 * r['spread']:.0f}% | {_fmt(r['rate'], ',.0f')} {res['unit']} | "
+                f"{100 * r['spread']:.0f}% | {rate} | "
                 f"{_fmt(r['ours_x'], '.2f')} | {r['gflops']:.1f} | {100 * r['gemm_frac']:.0f}% | "
                 f"{r['compile_s']:.1f} | {_fmt(r.get('rss_mb'), '.0f')} |")
     return "\n".join(lines)
