@@ -79,3 +79,14 @@ def test_module_logits_and_nll_agree(dtype):
     np.testing.assert_allclose(logits.astype(jnp.float32), exact, rtol=1e-2, atol=1e-2)
     want = optax.softmax_cross_entropy_with_integer_labels(exact, y)
     np.testing.assert_allclose(nll, want, rtol=1e-5, atol=1e-5)
+
+
+def test_bfloat16_gradients_match_float64_reference():
+    """bfloat16 operands (the bias gradient then comes out of the kernel gradient's
+    product, ``[x, 1]^T dz``): every gradient is the reference's to bfloat16 precision."""
+    a = inputs(jnp.float32)
+    x, w, b = (v.astype(jnp.bfloat16) for v in a[:3])
+    got = fused_value_and_grads(x, w, b, a[3], a[4])
+    assert [v.dtype for v in got] == [jnp.float32] + [jnp.bfloat16] * 3
+    for v, want in zip(got, numpy_reference(x, w, b, a[3], a[4]), strict=True):
+        np.testing.assert_allclose(np.asarray(v, np.float64), want, rtol=3e-2, atol=3e-2)
