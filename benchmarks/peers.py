@@ -2,7 +2,8 @@
 
 * ``FlaxLSTMLM``: the PTB LMs built from Flax's own ``nn.RNN(nn.OptimizedLSTMCell)``, ``nn.Dense``
   and ``optax.softmax_cross_entropy_with_integer_labels``.
-* ``TorchLSTMLM``: the same LMs from PyTorch's ``nn.LSTM``.
+* ``TorchLSTMLM``: the same LMs from PyTorch's ``nn.LSTM`` (cuDNN's LSTM on a GPU).
+* ``CudnnLSTMLM``: the same LMs on ``jax.experimental.rnn.lstm``, JAX's cuDNN LSTM (GPU only).
 * ``dc_bilstm_port`` / ``hm_port``: straightforward ``lax.scan`` ports of the DC-Bi-LSTM and
   HM-DenseRNN equations on our parameter trees: the input projection is done per step
   inside the scan, and the HM upper layers run at the input rate, copying their state at
@@ -20,6 +21,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
+from jax.experimental import rnn
 
 from dense_rnn.hm_stack import layer_schedule
 from dense_rnn.recurrent import length_mask, reverse_padded, uniform_init
@@ -60,6 +62,58 @@ class FlaxLSTMLM(nn.Module):
             logits = optax.softmax_cross_entropy_with_integer_labels(
                 logits.astype(jnp.float32), targets)
         return logits, tuple(new_carries)
+
+
+class CudnnLSTMLM(nn.Module):
+    """``FlaxLSTMLM`` with its LSTMs on ``jax.experimental.rnn.lstm`` (cuDNN's fused LSTM;
+    it has a GPU lowering only): the stacked LM is one multi-layer call (cuDNN applies the
+    dropout between its layers), the dense LM one call per layer. Each call's weights are
+    one flat cuDNN vector (``b_ih`` and ``b_hh``: 4H more parameters per layer than ours).
+    ``lstm`` has ``rnn.lstm``'s signature; the tests pass ``lstm_reference`` on CPU."""
+
+    vocab_size: int
+    embed_size: int
+    hidden_size: int
+    num_layers: int
+    connectivity: str = "stacked"
+    dropout_rate: float = 0.0
+    init_scale: float = 0.05
+    lstm: Callable = rnn.lstm
+
+    @nn.compact
+    def __call__(self, tokens: Array, carries: tuple, targets: Array | None = None, *,
+                 deterministic: bool = True):
+        init, dense = uniform_init(self.init_scale), self.connectivity == "dense"
+        drop = nn.Dropout(self.dropout_rate)
+        e = nn.Embed(self.vocab_size, self.embed_size, embedding_init=init)(tokens)
+        features, new_carries = [drop(e, deterministic)], []
+        lengths = jnp.full(tokens.shape[:1], tokens.shape[1], jnp.int32)
+        calls = [[i] for i in range(self.num_layers)] if dense else [list(range(self.num_layers))]
+        for n, layers in enumerate(calls):
+            inp = jnp.concatenate(features[::-1], -1) if dense else features[-1]
+            args = (inp.shape[-1], self.hidden_size, len(layers))
+            w = self.param(f"lstm_{n}", init, (rnn.get_num_params_in_lstm(*args, False),))
+            c0, h0 = (jnp.stack([carries[i][k] for i in layers]) for k in (0, 1))
+            y, h, c = self.lstm(inp, h0, c0, w, lengths, *args,
+                                0.0 if deterministic else self.dropout_rate, False)
+            new_carries += [(c[k], h[k]) for k in range(len(layers))]
+            features.append(drop(y, deterministic))
+        top = jnp.concatenate(features[::-1], -1) if dense else features[-1]
+        logits = nn.Dense(self.vocab_size, kernel_init=init, bias_init=init)(top)
+        if targets is not None:
+            logits = optax.softmax_cross_entropy_with_integer_labels(
+                logits.astype(jnp.float32), targets)
+        return logits, tuple(new_carries)
+
+
+def lstm_reference(x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_layers,
+                   dropout, bidirectional):
+    """``rnn.lstm`` through JAX's own reference of cuDNN's LSTM (``rnn.lstm_ref``): runs on
+    any backend, without dropout."""
+    unpacked = rnn.unpack_lstm_weights(weights, input_size, hidden_size, num_layers,
+                                       bidirectional)
+    return rnn.lstm_ref(x, h_0, c_0, *unpacked, seq_lengths, input_size, hidden_size,
+                        num_layers, dropout, bidirectional)
 
 
 def torch_lm(vocab_size: int, embed_size: int, hidden_size: int, num_layers: int,

@@ -26,6 +26,8 @@ from dense_rnn.platform import FAST_MALLOC_ENV, reexec_with_fast_malloc
 # PyTorch's OpenMP threads otherwise spin after each parallel region, competing with XLA's
 # threads in this process (and with other load): 2-10x slower, erratic PyTorch steps.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# On a GPU, JAX would otherwise take 75% of its memory up front, leaving PyTorch the rest.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
 def _status_mb(field: str) -> float:
@@ -44,7 +46,9 @@ def environment() -> dict:
     try:
         import torch
 
-        torch_info = {"torch": torch.__version__, "torch_threads": torch.get_num_threads()}
+        torch_info = {"torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+                      "torch_device": (torch.cuda.get_device_name() if torch.cuda.is_available()
+                                       else "cpu")}
     except ImportError:
         torch_info = {"torch": "not installed"}
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
@@ -54,7 +58,8 @@ def environment() -> dict:
         "python": platform.python_version(), "jax": jax.__version__, "flax": flax.__version__,
         "optax": optax.__version__, **torch_info, "jax_device": str(jax.devices()[0]),
         "env": {k: os.environ.get(k, "")
-                for k in (*FAST_MALLOC_ENV, "OMP_WAIT_POLICY", "XLA_FLAGS")},
+                for k in (*FAST_MALLOC_ENV, "OMP_WAIT_POLICY", "XLA_FLAGS",
+                          "XLA_PYTHON_CLIENT_PREALLOCATE")},
     }
 
 

@@ -67,11 +67,27 @@ def gemm_impls(m: int, k: int, n: int, dtype: str = "float32") -> dict[str, Buil
     def torch_mm() -> Step:
         import torch
 
-        t = getattr(torch, dtype)
-        a, b, out = torch.ones(m, k, dtype=t), torch.ones(k, n, dtype=t), torch.empty(m, n, dtype=t)
-        return lambda: torch.mm(a, b, out=out)
+        dev, sync = torch_device()
+        kw = {"dtype": getattr(torch, dtype), "device": dev}
+        a, b, out = torch.ones(m, k, **kw), torch.ones(k, n, **kw), torch.empty(m, n, **kw)
+
+        def step() -> None:
+            torch.mm(a, b, out=out)
+            sync()
+
+        return step
 
     return {f"{GEMM} xla": xla, f"{GEMM} torch": torch_mm}
+
+
+def torch_device() -> tuple[str, Callable[[], None]]:
+    """PyTorch's device, the GPU where there is one (there ``nn.LSTM`` is cuDNN's), and a
+    function that waits for the work queued on it."""
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda", torch.cuda.synchronize
+    return "cpu", lambda: None
 
 
 def _lm_data(c: ptb.LMConfig, batch: int, time: int) -> tuple[np.ndarray, np.ndarray]:
@@ -118,15 +134,17 @@ def lm_workload(name: str, train: bool = True, dtype: str = "float32") -> Worklo
         import torch
 
         torch.manual_seed(c.seed)
+        dev, sync = torch_device()
         model = peers.torch_lm(c.vocab_size, c.embed_size, c.hidden_size, c.num_layers,
-                               c.connectivity, c.dropout_rate)
-        tx, ty = torch.from_numpy(x).long(), torch.from_numpy(y).long()
+                               c.connectivity, c.dropout_rate).to(dev)
+        tx, ty = (torch.from_numpy(a).long().to(dev) for a in (x, y))
         n_lstm = len(model.lstms)
         layers = 1 if c.connectivity == "dense" else c.num_layers
-        carries = [(torch.zeros(layers, batch, c.hidden_size),) * 2 for _ in range(n_lstm)]
+        carries = [(torch.zeros(layers, batch, c.hidden_size, device=dev),) * 2
+                   for _ in range(n_lstm)]
         opt = torch.optim.SGD(model.parameters(), lr=c.learning_rate)
         model.train(train)
-        autocast = torch.autocast("cpu", torch.bfloat16, enabled=dtype == "bfloat16")
+        autocast = torch.autocast(dev, torch.bfloat16, enabled=dtype == "bfloat16")
 
         def step() -> None:
             if not train:
@@ -144,20 +162,24 @@ def lm_workload(name: str, train: bool = True, dtype: str = "float32") -> Worklo
                 torch.nn.utils.clip_grad_norm_(model.parameters(), c.max_grad_norm)
                 opt.step()
             carries[:] = [(h.detach(), s.detach()) for h, s in new]
+            sync()
 
         return step
 
-    flax_model = peers.FlaxLSTMLM(c.vocab_size, c.embed_size, c.hidden_size, c.num_layers,
-                                  c.connectivity, c.dropout_rate, c.init_scale)
+    shape = (c.vocab_size, c.embed_size, c.hidden_size, c.num_layers, c.connectivity,
+             c.dropout_rate, c.init_scale)
+    peer_impls = {"flax nn.RNN": lambda: jax_impl(peers.FlaxLSTMLM(*shape)),
+                  "torch nn.LSTM": torch_impl}
+    if jax.default_backend() == "gpu" and dtype == "float32":
+        peer_impls["jax cuDNN rnn.lstm"] = lambda: jax_impl(peers.CudnnLSTMLM(*shape))
     factor = flops.TRAIN_FACTOR if train else 1
     suffix = "" if dtype == "float32" else f" {dtype}"
     return Workload(
         name=f"{name} {'train' if train else 'eval'} B={batch} T={time}{suffix}",
         unit="tok/s", items=batch * time, flops=factor * flops.lm_forward(c, batch, time),
         gemm_flops=flops.matmul(*flops.lm_softmax_shape(c, batch, time)),
-        impls={OURS: lambda: jax_impl(lm.make_model(c)), "flax nn.RNN": lambda: jax_impl(
-            flax_model), "torch nn.LSTM": torch_impl,
-            **gemm_impls(*flops.lm_softmax_shape(c, batch, time), dtype)},
+        impls={OURS: lambda: jax_impl(lm.make_model(c)), **peer_impls,
+               **gemm_impls(*flops.lm_softmax_shape(c, batch, time), dtype)},
     )
 
 

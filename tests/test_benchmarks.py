@@ -1,14 +1,18 @@
 """The benchmark suite runs: the --quick path on its smallest workload, FLOP counts, and the
-lax.scan ports compute the same function as the library models they are timed against."""
+peers compute the same function as the library models they are timed against (the lax.scan
+ports, and the GPU-only cuDNN LM through JAX's reference of cuDNN's LSTM)."""
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.experimental import rnn
 
 from benchmarks import flops, peers, profile, run
 from dense_rnn.configs import ptb
-from dense_rnn.train import classify
+from dense_rnn.train import classify, lm
 
 
 def test_quick_path_runs_a_tiny_workload(capsys):
@@ -56,3 +60,46 @@ def test_ports_compute_the_models_function(config):
     want = model.apply({"params": params}, tokens, lengths)
     got = port.apply({"params": params}, tokens, lengths)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def _cudnn_layout(ours: dict, c: ptb.LMConfig) -> dict:
+    """Our LM's parameters in ``CudnnLSTMLM``'s layout: each call's flat cuDNN vector holds
+    ``w_ih^T``, ``w_hh^T``, ``b_ih = b`` and ``b_hh = 0`` where ``rnn.unpack_lstm_weights``
+    reads them (found by unpacking the vector of positions)."""
+    dense = c.connectivity == "dense"
+    calls = [[i] for i in range(c.num_layers)] if dense else [list(range(c.num_layers))]
+    params = {"Embed_0": ours["embed"], "Dense_0": ours["softmax"]}
+    for n, layers in enumerate(calls):
+        args = (c.embed_size + (n * c.hidden_size if dense else 0), c.hidden_size, len(layers))
+        size = rnn.get_num_params_in_lstm(*args, False)
+        where = rnn.unpack_lstm_weights(jnp.arange(size, dtype=jnp.float32), *args, False)
+        flat = np.zeros(size, np.float32)
+        for k, i in enumerate(layers):
+            p = ours["rnn"][f"layer_{i}"]
+            for pos, value in zip(where, (p["w_ih"].T, p["w_hh"].T, p["b"], 0.0), strict=True):
+                flat[np.asarray(pos[k], int)] = value
+        params[f"lstm_{n}"] = jnp.asarray(flat)
+    return params
+
+
+@pytest.mark.parametrize("connectivity", ["stacked", "dense"])
+def test_cudnn_peer_computes_our_language_model(connectivity):
+    """The GPU peer on JAX's reference of cuDNN's LSTM, given our weights, computes our LM:
+    per-token NLL and carries, over two windows (the carries thread through)."""
+    c = dataclasses.replace(ptb.CONFIGS["tiny"], connectivity=connectivity, num_layers=3,
+                            vocab_size=50)
+    model = lm.make_model(c)
+    tokens, _ = _batch(50, 4, 6)
+    ours = model.init(jax.random.key(0), tokens, model.zero_carries(4))["params"]
+    peer = peers.CudnnLSTMLM(c.vocab_size, c.embed_size, c.hidden_size, c.num_layers,
+                             connectivity, c.dropout_rate, c.init_scale, peers.lstm_reference)
+    theirs = _cudnn_layout(ours, c)
+    assert (sum(a.size for a in jax.tree.leaves(theirs)) - sum(
+        a.size for a in jax.tree.leaves(ours))) == c.num_layers * 4 * c.hidden_size  # b_hh
+    want_carries = got_carries = model.zero_carries(4)
+    for _ in range(2):
+        want, want_carries = model.apply({"params": ours}, tokens, want_carries, tokens)
+        got, got_carries = peer.apply({"params": theirs}, tokens, got_carries, tokens)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        for g, w in zip(jax.tree.leaves(got_carries), jax.tree.leaves(want_carries), strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
