@@ -3,7 +3,8 @@
 * ``FlaxLSTMLM``: the PTB LMs built from Flax's own ``nn.RNN(nn.OptimizedLSTMCell)``, ``nn.Dense``
   and ``optax.softmax_cross_entropy_with_integer_labels``.
 * ``TorchLSTMLM``: the same LMs from PyTorch's ``nn.LSTM`` (cuDNN's LSTM on a GPU).
-* ``CudnnLSTMLM``: the same LMs on ``jax.experimental.rnn.lstm``, JAX's cuDNN LSTM (GPU only).
+* ``FlaxLSTMLM(..., lstm=rnn.lstm)``: the same LMs on ``jax.experimental.rnn.lstm``, JAX's
+  cuDNN LSTM (GPU only).
 * ``dc_bilstm_port`` / ``hm_port``: straightforward ``lax.scan`` ports of the DC-Bi-LSTM and
   HM-DenseRNN equations on our parameter trees: the input projection is done per step
   inside the scan, and the HM upper layers run at the input rate, copying their state at
@@ -30,8 +31,15 @@ Array = jax.Array
 
 
 class FlaxLSTMLM(nn.Module):
-    """``dense_rnn.models.lm.LanguageModel`` rebuilt on ``nn.RNN(nn.OptimizedLSTMCell)``, with
-    ``nn.Dense`` logits and, given ``targets``, optax's cross-entropy: what a Flax user writes."""
+    """``dense_rnn.models.lm.LanguageModel`` rebuilt from stock parts, with ``nn.Dense``
+    logits and, given ``targets``, optax's cross-entropy: what a Flax user writes.
+
+    ``lstm=None`` runs each layer as ``nn.RNN(nn.OptimizedLSTMCell)``. Otherwise ``lstm``
+    has the signature of ``jax.experimental.rnn.lstm``, JAX's cuDNN LSTM (it has a GPU
+    lowering only; the tests pass ``lstm_reference``): the stacked LM is one multi-layer call
+    (cuDNN applies the dropout between its layers), the dense LM one call per layer, each
+    call's weights one flat cuDNN vector (``b_ih`` and ``b_hh``: 4H more parameters per
+    layer than ours)."""
 
     vocab_size: int
     embed_size: int
@@ -40,45 +48,7 @@ class FlaxLSTMLM(nn.Module):
     connectivity: str = "stacked"
     dropout_rate: float = 0.0
     init_scale: float = 0.05
-
-    @nn.compact
-    def __call__(self, tokens: Array, carries: tuple, targets: Array | None = None, *,
-                 deterministic: bool = True):
-        init = uniform_init(self.init_scale)
-        e = nn.Embed(self.vocab_size, self.embed_size, embedding_init=init)(tokens)
-        features, new_carries = [nn.Dropout(self.dropout_rate)(e, deterministic)], []
-        for carry in carries:
-            inp = (jnp.concatenate(features[::-1], -1) if self.connectivity == "dense"
-                   else features[-1])
-            cell = nn.OptimizedLSTMCell(self.hidden_size, kernel_init=init,
-                                        recurrent_kernel_init=init, bias_init=init)
-            carry, h = nn.RNN(cell, return_carry=True)(inp, initial_carry=carry)
-            new_carries.append(carry)
-            features.append(nn.Dropout(self.dropout_rate)(h, deterministic))
-        top = (jnp.concatenate(features[::-1], -1) if self.connectivity == "dense"
-               else features[-1])
-        logits = nn.Dense(self.vocab_size, kernel_init=init, bias_init=init)(top)
-        if targets is not None:  # the stock loss, differentiated by JAX
-            logits = optax.softmax_cross_entropy_with_integer_labels(
-                logits.astype(jnp.float32), targets)
-        return logits, tuple(new_carries)
-
-
-class CudnnLSTMLM(nn.Module):
-    """``FlaxLSTMLM`` with its LSTMs on ``jax.experimental.rnn.lstm`` (cuDNN's fused LSTM;
-    it has a GPU lowering only): the stacked LM is one multi-layer call (cuDNN applies the
-    dropout between its layers), the dense LM one call per layer. Each call's weights are
-    one flat cuDNN vector (``b_ih`` and ``b_hh``: 4H more parameters per layer than ours).
-    ``lstm`` has ``rnn.lstm``'s signature; the tests pass ``lstm_reference`` on CPU."""
-
-    vocab_size: int
-    embed_size: int
-    hidden_size: int
-    num_layers: int
-    connectivity: str = "stacked"
-    dropout_rate: float = 0.0
-    init_scale: float = 0.05
-    lstm: Callable = rnn.lstm
+    lstm: Callable | None = None
 
     @nn.compact
     def __call__(self, tokens: Array, carries: tuple, targets: Array | None = None, *,
@@ -87,20 +57,27 @@ class CudnnLSTMLM(nn.Module):
         drop = nn.Dropout(self.dropout_rate)
         e = nn.Embed(self.vocab_size, self.embed_size, embedding_init=init)(tokens)
         features, new_carries = [drop(e, deterministic)], []
-        lengths = jnp.full(tokens.shape[:1], tokens.shape[1], jnp.int32)
-        calls = [[i] for i in range(self.num_layers)] if dense else [list(range(self.num_layers))]
+        calls = ([[i] for i in range(self.num_layers)] if dense or self.lstm is None
+                 else [list(range(self.num_layers))])
         for n, layers in enumerate(calls):
             inp = jnp.concatenate(features[::-1], -1) if dense else features[-1]
-            args = (inp.shape[-1], self.hidden_size, len(layers))
-            w = self.param(f"lstm_{n}", init, (rnn.get_num_params_in_lstm(*args, False),))
-            c0, h0 = (jnp.stack([carries[i][k] for i in layers]) for k in (0, 1))
-            y, h, c = self.lstm(inp, h0, c0, w, lengths, *args,
-                                0.0 if deterministic else self.dropout_rate, False)
-            new_carries += [(c[k], h[k]) for k in range(len(layers))]
+            if self.lstm is None:
+                cell = nn.OptimizedLSTMCell(self.hidden_size, kernel_init=init,
+                                            recurrent_kernel_init=init, bias_init=init)
+                carry, y = nn.RNN(cell, return_carry=True)(inp, initial_carry=carries[n])
+                new_carries.append(carry)
+            else:
+                args = (inp.shape[-1], self.hidden_size, len(layers))
+                w = self.param(f"lstm_{n}", init, (rnn.get_num_params_in_lstm(*args, False),))
+                c0, h0 = (jnp.stack([carries[i][k] for i in layers]) for k in (0, 1))
+                lengths = jnp.full(tokens.shape[:1], tokens.shape[1], jnp.int32)
+                y, h, c = self.lstm(inp, h0, c0, w, lengths, *args,
+                                    0.0 if deterministic else self.dropout_rate, False)
+                new_carries += [(c[k], h[k]) for k in range(len(layers))]
             features.append(drop(y, deterministic))
         top = jnp.concatenate(features[::-1], -1) if dense else features[-1]
         logits = nn.Dense(self.vocab_size, kernel_init=init, bias_init=init)(top)
-        if targets is not None:
+        if targets is not None:  # the stock loss, differentiated by JAX
             logits = optax.softmax_cross_entropy_with_integer_labels(
                 logits.astype(jnp.float32), targets)
         return logits, tuple(new_carries)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import rnn
 
 from benchmarks import flops, peers
 from dense_rnn import precision
@@ -171,7 +172,8 @@ def lm_workload(name: str, train: bool = True, dtype: str = "float32") -> Worklo
     peer_impls = {"flax nn.RNN": lambda: jax_impl(peers.FlaxLSTMLM(*shape)),
                   "torch nn.LSTM": torch_impl}
     if jax.default_backend() == "gpu" and dtype == "float32":
-        peer_impls["jax cuDNN rnn.lstm"] = lambda: jax_impl(peers.CudnnLSTMLM(*shape))
+        peer_impls["jax cuDNN rnn.lstm"] = lambda: jax_impl(
+            peers.FlaxLSTMLM(*shape, lstm=rnn.lstm))
     factor = flops.TRAIN_FACTOR if train else 1
     suffix = "" if dtype == "float32" else f" {dtype}"
     return Workload(

@@ -63,7 +63,7 @@ def test_ports_compute_the_models_function(config):
 
 
 def _cudnn_layout(ours: dict, c: ptb.LMConfig) -> dict:
-    """Our LM's parameters in ``CudnnLSTMLM``'s layout: each call's flat cuDNN vector holds
+    """Our LM's parameters in the cuDNN peer's layout: each call's flat cuDNN vector holds
     ``w_ih^T``, ``w_hh^T``, ``b_ih = b`` and ``b_hh = 0`` where ``rnn.unpack_lstm_weights``
     reads them (found by unpacking the vector of positions)."""
     dense = c.connectivity == "dense"
@@ -91,8 +91,8 @@ def test_cudnn_peer_computes_our_language_model(connectivity):
     model = lm.make_model(c)
     tokens, _ = _batch(50, 4, 6)
     ours = model.init(jax.random.key(0), tokens, model.zero_carries(4))["params"]
-    peer = peers.CudnnLSTMLM(c.vocab_size, c.embed_size, c.hidden_size, c.num_layers,
-                             connectivity, c.dropout_rate, c.init_scale, peers.lstm_reference)
+    peer = peers.FlaxLSTMLM(c.vocab_size, c.embed_size, c.hidden_size, c.num_layers,
+                            connectivity, c.dropout_rate, c.init_scale, peers.lstm_reference)
     theirs = _cudnn_layout(ours, c)
     assert (sum(a.size for a in jax.tree.leaves(theirs)) - sum(
         a.size for a in jax.tree.leaves(ours))) == c.num_layers * 4 * c.hidden_size  # b_hh
