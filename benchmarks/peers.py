@@ -57,6 +57,7 @@ class FlaxLSTMLM(nn.Module):
         drop = nn.Dropout(self.dropout_rate)
         e = nn.Embed(self.vocab_size, self.embed_size, embedding_init=init)(tokens)
         features, new_carries = [drop(e, deterministic)], []
+        lengths = jnp.full(tokens.shape[:1], tokens.shape[1], jnp.int32)
         calls = ([[i] for i in range(self.num_layers)] if dense or self.lstm is None
                  else [list(range(self.num_layers))])
         for n, layers in enumerate(calls):
@@ -70,7 +71,6 @@ class FlaxLSTMLM(nn.Module):
                 args = (inp.shape[-1], self.hidden_size, len(layers))
                 w = self.param(f"lstm_{n}", init, (rnn.get_num_params_in_lstm(*args, False),))
                 c0, h0 = (jnp.stack([carries[i][k] for i in layers]) for k in (0, 1))
-                lengths = jnp.full(tokens.shape[:1], tokens.shape[1], jnp.int32)
                 y, h, c = self.lstm(inp, h0, c0, w, lengths, *args,
                                     0.0 if deterministic else self.dropout_rate, False)
                 new_carries += [(c[k], h[k]) for k in range(len(layers))]

@@ -4,8 +4,9 @@
 Inside a step the float32 parameters are cast to the compute dtype before the forward
 pass (so gradients flow back to float32 through the cast). Every matrix product, forward
 and backward, takes compute-dtype operands and accumulates in float32 (``matmul``,
-``matmul_nt``, ``matmul_tn``, ``linear``): the softmax layer's logits and cross-entropy
-stay float32, the recurrent layers' products are rounded back to the compute dtype.
+``matmul_nt``, ``matmul_tn``, ``matmul_tn_colsum``, ``linear``): the softmax layer's logits
+and cross-entropy stay float32, the recurrent layers' products are rounded back to the
+compute dtype.
 """
 
 from __future__ import annotations
@@ -44,13 +45,15 @@ def matmul(a: jax.Array, b: jax.Array) -> jax.Array:
     return jnp.matmul(a, b, preferred_element_type=_accumulator(a))
 
 
+def _narrow(a: jax.Array) -> bool:
+    """Whether ``a``'s dtype is narrower than its float32 (or wider) accumulator."""
+    return a.dtype != _accumulator(a)
+
+
 def matmul_nt(a: jax.Array, b: jax.Array) -> jax.Array:
-    """``a @ b.T`` for ``a`` (..., m, k) and ``b`` (..., n, k) with the same leading batch
-    axes, as ``matmul``: one product contracting both last axes, with no transpose for
-    XLA to fold."""
-    batch = tuple(range(a.ndim - 2))
-    return lax.dot_general(a, b, (((a.ndim - 1,), (b.ndim - 1,)), (batch, batch)),
-                           preferred_element_type=_accumulator(a))
+    """``a @ b.T`` for 2-D ``a`` (m, k) and ``b`` (n, k), as ``matmul``: one product
+    contracting both last axes, with no transpose for XLA to fold."""
+    return lax.dot_general(a, b, (((1,), (1,)), ((), ())), preferred_element_type=_accumulator(a))
 
 
 def matmul_tn(a: jax.Array, b: jax.Array) -> jax.Array:
@@ -64,12 +67,23 @@ def matmul_tn(a: jax.Array, b: jax.Array) -> jax.Array:
     products contract the leading axes directly (the copy cost up to 13% at DC-Bi-LSTM's
     shapes).
     """
-    if a.dtype == _accumulator(a):
+    if not _narrow(a):
         return lax.dot_general(a, b, (((0,), (0,)), ((), ())), preferred_element_type=a.dtype)
     k, m = a.shape
     a_t = lax.optimization_barrier(a.T.reshape(m, 1, k))
     out = lax.dot_general(a_t, b, (((2,), (0,)), ((), ())), preferred_element_type=_accumulator(a))
     return out.reshape(m, b.shape[1])
+
+
+def matmul_tn_colsum(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``a.T @ b`` and ``b``'s column sums ``1^T b`` for 2-D ``a`` (k, m) and ``b`` (k, n), in
+    the accumulator's dtype (a layer's kernel and bias gradients). For narrow operands the
+    sums are one more row of the product, ``[a, 1]^T b``, so ``b`` is read only by it; in
+    float32 that taller product's sliced result costs a copy, so the sum is a reduction."""
+    if not _narrow(a):
+        return matmul_tn(a, b), b.sum(0, dtype=a.dtype)
+    out = matmul_tn(jnp.concatenate([a, jnp.ones((a.shape[0], 1), a.dtype)], axis=1), b)
+    return out[:-1], out[-1]
 
 
 @jax.custom_vjp

@@ -181,7 +181,7 @@ def _lstm_scan_bwd(unroll, residuals, cotangents):
         dz = jnp.concatenate([
             dc_new * g * i * (1.0 - i), dc_new * c_prev * f * (1.0 - f),
             dc_new * i * (1.0 - g * g), dh_out * tc * o * (1.0 - o)], axis=-1)
-        dh_in = precision.matmul(dz, w_t).astype(dz.dtype)
+        dh_in = cells.recurrent_product(dz, w_t)
         if rmask is not None:
             drmask = drmask + h_prev * dh_in
             dh_in = dh_in * rmask

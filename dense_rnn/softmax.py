@@ -9,8 +9,8 @@ several passes, and lay out ``dlogits`` transposed for the kernel gradient. Here
 is written out: one elementwise pass ``dlogits = (softmax - onehot) * g`` over the saved
 logits, then the three products ``dx = dlogits W^T``, ``dW = x^T dlogits``, ``db = 1^T
 dlogits`` on canonical layouts. The two matrix products take the compute dtype's operands
-(``precision.matmul_nt`` / ``matmul_tn``), so in bfloat16 they run at the bfloat16 rate;
-there ``db`` is one more row of the ``dW`` product, ``[x, 1]^T dlogits``.
+(``precision.matmul_nt`` / ``matmul_tn_colsum``), so in bfloat16 they run at the bfloat16
+rate; there ``db`` is one more row of the ``dW`` product, ``[x, 1]^T dlogits``.
 """
 
 from __future__ import annotations
@@ -64,13 +64,8 @@ def _bwd(residuals, g):
     onehot = jnp.arange(logits.shape[-1]) == targets.reshape(-1, 1)
     d = ((jnp.exp(logits - lse[:, None]) - onehot) * g.reshape(-1, 1)).astype(x2.dtype)
     dx = precision.matmul_nt(d, kernel).astype(x2.dtype).reshape(*targets.shape, x2.shape[-1])
-    if jnp.finfo(x2.dtype).bits < 32:
-        # The bias gradient as one more row of the kernel gradient's product, [x, 1]^T d:
-        # d is then written once, narrow (its float32 column sum was one more pass).
-        ones = jnp.ones((x2.shape[0], 1), x2.dtype)
-        dwb = precision.matmul_tn(jnp.concatenate([x2, ones], axis=1), d).astype(kernel.dtype)
-        return dx, dwb[:-1], dwb[-1], None
-    return dx, precision.matmul_tn(x2, d).astype(kernel.dtype), d.sum(0).astype(kernel.dtype), None
+    dw, db = precision.matmul_tn_colsum(x2, d)
+    return dx, dw.astype(kernel.dtype), db.astype(kernel.dtype), None
 
 
 softmax_cross_entropy.defvjp(_fwd, _bwd)
