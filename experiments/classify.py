@@ -25,9 +25,8 @@ from absl import flags
 from dense_rnn.cli import run_binary
 from dense_rnn.configs.classifier import ClassifierConfig
 from dense_rnn.configs.flags import apply_overrides, define_override_flags
+from dense_rnn.data import DEFAULT_DATA_DIR
 from dense_rnn.errors import UserError
-
-DEFAULT_DATA_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
 
 flags.DEFINE_string("config", "dc_bilstm", "Named config (see dense_rnn/configs/).")
 flags.DEFINE_string("dataset", "sst2", "Dataset name: mr, sst1, sst2, subj, trec, "

@@ -22,13 +22,13 @@ from absl import flags
 from dense_rnn.cli import run_binary
 from dense_rnn.configs import ptb as ptb_configs
 from dense_rnn.configs.flags import apply_overrides, define_override_flags
+from dense_rnn.data import DEFAULT_DATA_DIR
 from dense_rnn.errors import UserError
-
-DEFAULT_DATA_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "ptb")
 
 flags.DEFINE_string("config", ptb_configs.DEFAULT_CONFIG,
                     f"Named config: {', '.join(ptb_configs.CONFIGS)}.")
-flags.DEFINE_string("data_dir", DEFAULT_DATA_DIR, "Directory with ptb.{train,valid,test}.txt.")
+flags.DEFINE_string("data_dir", os.path.join(DEFAULT_DATA_DIR, "ptb"),
+                    "Directory with ptb.{train,valid,test}.txt.")
 flags.DEFINE_string("hf_dataset", None, "Hugging Face hub dataset instead of --data_dir "
                     "(e.g. ptb_text_only; needs network access).")
 flags.DEFINE_string("workdir", None, "Checkpoints, metrics and summary (default workdirs/CONFIG).")

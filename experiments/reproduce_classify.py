@@ -14,8 +14,8 @@ sweep over ``LR_SWEEP`` and the other seeds train at the rate it chose. Each run
 ``command.txt``, ``summary.json`` and ``metrics.jsonl`` to ``DIR/RUN/`` (the records kept in
 ``experiments/results/{dc_bilstm,hm_densernn}/runs/``); the report reads either tree. The
 report (Markdown, also written to ``ROOT/SUITE.md`` after running) pools the runs of each
-(config, dataset) into mean ± std beside the paper's accuracy; ``--plot=PNG`` draws their
-dev/test curves.
+(config, dataset) into mean ± std beside the accuracy the suite's paper table gives;
+``--plot=PNG`` draws their dev/test curves.
 """
 
 from __future__ import annotations
@@ -27,21 +27,39 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-import time
+from collections.abc import Callable
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 
+from dense_rnn.cli import run_binary
 from dense_rnn.configs import dc_bilstm, hm_densernn
+from dense_rnn.data import DEFAULT_DATA_DIR
+from dense_rnn.errors import UserError
+from experiments import runner
 
-GLOVE = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "glove",
-                     "glove.6B.50d.txt.gz")
+GLOVE = os.path.join(DEFAULT_DATA_DIR, "glove", "glove.6B.50d.txt.gz")
 CV_DATASETS = {"mr": 10, "subj": 10}
 HM_MODELS = tuple(hm_densernn.TABLE2)
+# Suite -> the paper table its targets come from (Ding et al. 1-5, Zhao et al. 2-3), and its
+# jobs (built from the flags).
+SUITES: dict[str, tuple[int, Callable[[], list[Job]]]] = {
+    "dc_table1": (1, lambda: _dc_jobs(["dc_bilstm", "bilstm"],
+                                      ["mr", "sst1", "sst2", "subj", "trec"])),
+    "dc_table3": (3, lambda: _dc_jobs(_dc_table(3), ["sst1", "sst2"])),
+    "dc_table4": (4, lambda: _dc_jobs(_dc_table(4), ["sst1", "sst2"])),
+    "dc_table5": (5, lambda: _dc_jobs(_dc_table(5), ["sst1", "sst2"])),
+    "hm_table2": (2, lambda: _hm_jobs(_hm_units(HM_MODELS), "sst5")),
+    # "- hierarchy" is DenseGRU: the Table 2 row densegru_64 is the same model.
+    "hm_table3": (3, lambda: _hm_jobs(["hm_densegru_64", "densegru_64"] + [
+        f"hm_densegru_64_{k}" for k in hm_densernn.TABLE3 if k != "no_hierarchy"], "sst5")),
+    "hm_imdb": (2, lambda: _hm_jobs(_hm_units(("gru", "lstm", "hm_densegru", "hm_denselstm")),
+                                    "imdb", ("--max_len=400",))),
+    # AG News: train.csv in the data dir, or --extra=--hf_dataset=fancyzhx/ag_news
+    "hm_ag": (2, lambda: _hm_jobs(_hm_units(HM_MODELS), "ag")),
+}
 
-flags.DEFINE_string("suite", "dc_table1", "dc_table1 | dc_table3 | dc_table4 | dc_table5 | "
-                    "hm_table2 | hm_table3 | hm_imdb | hm_ag.")
+flags.DEFINE_string("suite", "dc_table1", " | ".join(SUITES) + ".")
 flags.DEFINE_string("root", "workdirs/cls", "One workdir per run under this directory.")
 flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds of the non-CV datasets.")
 flags.DEFINE_list("folds", [str(k) for k in range(10)], "CV folds of MR and Subj.")
@@ -54,7 +72,7 @@ flags.DEFINE_string("data_dir", None, "Passed on to experiments.classify.")
 flags.DEFINE_string("embeddings", GLOVE, "GloVe file passed on to experiments.classify.")
 flags.DEFINE_integer("parallel", 1, "Runs at a time.")
 flags.DEFINE_list("extra", [], "Extra flags for every run, e.g. --extra=--max_epochs=5.")
-flags.DEFINE_bool("report_only", False, "Only write the report from finished runs.")
+flags.DEFINE_bool("report_only", False, "Only print the report of the runs under --root.")
 flags.DEFINE_string("record", None, "Copy every finished run's records to DIR/RUN/.")
 flags.DEFINE_string("plot", None, "Also draw the dev/test curves of every group to this PNG.")
 FLAGS = flags.FLAGS
@@ -89,6 +107,15 @@ def _dc_table(table: int) -> list[str]:
             for t, dl, dh, th, *_ in dc_bilstm.TABLE_ROWS if t == table]
 
 
+def _hm_units(models: tuple[str, ...]) -> list[str]:
+    """``MODEL_UNITS`` config names for every ``--units``."""
+    bad = [u for u in FLAGS.units if u not in [str(n) for n in hm_densernn.UNITS]]
+    if bad:
+        raise UserError(f"--units={','.join(bad)}: Zhao et al. use "
+                        f"{', '.join(map(str, hm_densernn.UNITS))} units")
+    return [f"{m}_{u}" for u in FLAGS.units for m in models]
+
+
 def _hm_jobs(configs: list[str], dataset: str, extra: tuple[str, ...] = ()) -> list[Job]:
     """Seed 0 sweeps the learning rate on dev; the other seeds reuse the rate it chose
     (``--nosweep``: every seed at the config's rate)."""
@@ -107,29 +134,18 @@ def _hm_jobs(configs: list[str], dataset: str, extra: tuple[str, ...] = ()) -> l
 
 
 def suite_jobs(suite: str) -> list[Job]:
-    units = [int(u) for u in FLAGS.units]
-    table1 = ["dc_bilstm", "bilstm"]
-    suites = {
-        "dc_table1": lambda: _dc_jobs(table1, ["mr", "sst1", "sst2", "subj", "trec"]),
-        "dc_table3": lambda: _dc_jobs(_dc_table(3), ["sst1", "sst2"]),
-        "dc_table4": lambda: _dc_jobs(_dc_table(4), ["sst1", "sst2"]),
-        "dc_table5": lambda: _dc_jobs(_dc_table(5), ["sst1", "sst2"]),
-        "hm_table2": lambda: _hm_jobs([f"{m}_{u}" for u in units for m in HM_MODELS], "sst5"),
-        # "- hierarchy" is DenseGRU: the Table 2 row densegru_64 is the same model.
-        "hm_table3": lambda: _hm_jobs(["hm_densegru_64", "densegru_64"] + [
-            f"hm_densegru_64_{k}" for k in hm_densernn.TABLE3 if k != "no_hierarchy"], "sst5"),
-        "hm_imdb": lambda: _hm_jobs([f"{m}_{u}" for u in units for m in (
-            "gru", "lstm", "hm_densegru", "hm_denselstm")], "imdb", ("--max_len=400",)),
-        # AG News: train.csv in the data dir, or --extra=--hf_dataset=fancyzhx/ag_news
-        "hm_ag": lambda: _hm_jobs([f"{m}_{u}" for u in units for m in HM_MODELS], "ag"),
-    }
-    if suite not in suites:
-        raise app.UsageError(f"unknown --suite={suite}; known: {', '.join(suites)}")
-    jobs = suites[suite]()
-    if FLAGS.datasets:
-        jobs = [j for j in jobs if _arg(j, "dataset") in FLAGS.datasets]
-    if FLAGS.configs:
-        jobs = [j for j in jobs if _arg(j, "config") in FLAGS.configs]
+    """The jobs of ``suite``, restricted to ``--datasets`` and ``--configs``."""
+    if suite not in SUITES:
+        raise UserError(f"unknown --suite={suite}; known suites: {', '.join(SUITES)}")
+    jobs = SUITES[suite][1]()
+    for name, keep in (("dataset", FLAGS.datasets), ("config", FLAGS.configs)):
+        valid = list(dict.fromkeys(_arg(j, name) for j in jobs))
+        unknown = [k for k in keep or () if k not in valid]
+        if unknown:
+            raise UserError(f"--{name}s={','.join(unknown)}: not in --suite={suite}, whose "
+                            f"{name}s are {', '.join(valid)}")
+        if keep:
+            jobs = [j for j in jobs if _arg(j, name) in keep]
     return jobs
 
 
@@ -137,62 +153,23 @@ def _arg(job: Job, name: str) -> str:
     return next(a.split("=", 1)[1] for a in job.args if a.startswith(f"--{name}="))
 
 
-def _summary(root: str, name: str) -> dict | None:
-    path = os.path.join(root, name, "summary.json")
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f)
-
-
-def launch(job: Job) -> subprocess.Popen:
-    workdir = os.path.join(FLAGS.root, job.name)
-    os.makedirs(workdir, exist_ok=True)
-    args = list(job.args)
+def start(job: Job) -> subprocess.Popen:
+    """Launches ``job``, at the learning rate its sweep chose if it has one."""
+    args = [*job.args, f"--embeddings={FLAGS.embeddings}"]
     if job.lr_from:
-        rate = _summary(FLAGS.root, job.lr_from)["learning_rate_chosen"]
+        rate = runner.summary(FLAGS.root, job.lr_from)["learning_rate_chosen"]
         args.append(f"--learning_rate={rate:g}")
-    cmd = [sys.executable, "-m", "experiments.classify", *args, f"--workdir={workdir}",
-           f"--embeddings={FLAGS.embeddings}", *FLAGS.extra]
     if FLAGS.data_dir:
-        cmd.append(f"--data_dir={FLAGS.data_dir}")
-    env = " ".join(f"{k}={os.environ[k]!r}" for k in ("XLA_FLAGS",) if k in os.environ)
-    with open(os.path.join(workdir, "command.txt"), "w") as f:
-        f.write((env + " " if env else "") + "python " + " ".join(cmd[1:]) + "\n")
-    log = open(os.path.join(workdir, "train.log"), "a")  # noqa: SIM115 (owned by the child)
-    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-
-
-def run_all(jobs: list[Job]) -> None:
-    """Runs the unfinished jobs, ``--parallel`` at a time, each once its sweep has ended."""
-    pending = [j for j in jobs if _summary(FLAGS.root, j.name) is None]
-    running: dict[str, tuple[Job, subprocess.Popen]] = {}
-    while pending or running:
-        for job in list(pending):
-            if len(running) >= FLAGS.parallel:
-                break
-            if job.lr_from and _summary(FLAGS.root, job.lr_from) is None:
-                if job.lr_from in running or any(p.name == job.lr_from for p in pending):
-                    continue
-                print(f"skipped {job.name}: its sweep {job.lr_from} failed", flush=True)
-                pending.remove(job)
-                continue
-            pending.remove(job)
-            running[job.name] = (job, launch(job))
-            print(f"{time.strftime('%H:%M:%S')} started {job.name}", flush=True)
-        time.sleep(2)
-        for name, (_, proc) in list(running.items()):
-            if proc.poll() is not None:
-                print(f"{time.strftime('%H:%M:%S')} finished {name} (exit {proc.returncode})",
-                      flush=True)
-                del running[name]
+        args.append(f"--data_dir={FLAGS.data_dir}")
+    return runner.launch("experiments.classify", [*args, *FLAGS.extra],
+                         os.path.join(FLAGS.root, job.name))
 
 
 def record(jobs: list[Job], dest: str) -> None:
     """Copies each finished run's command, summary and per-epoch metrics (its own, and its
     learning rates' and folds') to ``dest/RUN``."""
     for job in jobs:
-        if _summary(FLAGS.root, job.name) is None:
+        if runner.summary(FLAGS.root, job.name) is None:
             continue
         src = os.path.join(FLAGS.root, job.name)
         for sub in ("", "lr_*", "fold_*", "lr_*/fold_*"):
@@ -208,16 +185,17 @@ def _family(name: str):
     return hm_densernn if name in hm_densernn.CONFIGS else dc_bilstm
 
 
-def _paper(name: str, dataset: str) -> str:
-    acc = _family(name).paper_accuracy(name, dataset)
+def _paper(name: str, dataset: str, table: int) -> str:
+    acc = _family(name).paper_accuracy(name, dataset, table)
     return "-" if acc is None else f"{acc}"
 
 
-def report(jobs: list[Job]) -> str:
-    """One row per (config, dataset): test accuracy mean ± std over seeds or folds."""
+def report(jobs: list[Job], table: int) -> str:
+    """One row per (config, dataset): test accuracy mean ± std over seeds or folds, beside
+    the accuracy the paper's ``table`` gives."""
     groups: dict[tuple[str, str], list[dict]] = collections.defaultdict(list)
     for job in jobs:
-        s = _summary(FLAGS.root, job.name)
+        s = runner.summary(FLAGS.root, job.name)
         groups[(_arg(job, "config"), _arg(job, "dataset"))].append(s)
     rows = ["| config | data | params, paper's count (d=300) | params, paper's count (run's d) "
             "| params of the run (no emb.) | runs | test % mean ± std | dev % mean | paper % | lr "
@@ -227,7 +205,7 @@ def report(jobs: list[Job]) -> str:
         paper_count = f"{_family(config).paper_param_count(_family(config).CONFIGS[config]):,}"
         if not done:
             rows.append(f"| {config} | {dataset} | {paper_count} | | | 0 of {len(runs)} | "
-                        f"not run | | {_paper(config, dataset)} | | | | |")
+                        f"not run | | {_paper(config, dataset, table)} | | | | |")
             continue
         tests = [100 * s["test_accuracy"] for s in done]
         lrs = sorted({s.get("learning_rate_chosen", s["config"]["learning_rate"]) for s in done})
@@ -237,7 +215,7 @@ def report(jobs: list[Job]) -> str:
             f"{done[0]['num_params']:,} | {len(done)} of {len(runs)} | "
             f"{np.mean(tests):.1f} ± {np.std(tests):.1f} | "
             f"{np.mean([100 * s['dev_accuracy'] for s in done]):.1f} | "
-            f"{_paper(config, dataset)} | {', '.join(f'{r:g}' for r in lrs)} | "
+            f"{_paper(config, dataset, table)} | {', '.join(f'{r:g}' for r in lrs)} | "
             f"{', '.join(f'{r[0]}/{r[1]}' for r in map(_epochs, done))} | "
             f"{np.mean([s['wall_seconds'] for s in done]) / 60:.1f} | {done[0]['device']} |")
     return "\n".join(rows) + "\n"
@@ -250,7 +228,7 @@ def _epochs(s: dict) -> tuple[int, int]:
 
 def _metrics(root: str, name: str) -> list[dict]:
     """Per-epoch records of a run (of its chosen rate for a sweep, of its fold for CV)."""
-    s = _summary(root, name)
+    s = runner.summary(root, name)
     sub = os.path.join(root, name)
     if "learning_rate_chosen" in s:
         sub = os.path.join(sub, f"lr_{s['learning_rate_chosen']:g}")
@@ -269,7 +247,7 @@ def plot(jobs: list[Job], out: str) -> None:
 
     groups: dict[str, list[str]] = collections.defaultdict(list)
     for job in jobs:
-        if _summary(FLAGS.root, job.name) is not None:
+        if runner.summary(FLAGS.root, job.name) is not None:
             groups[f"{_arg(job, 'config')} {_arg(job, 'dataset')}"].append(job.name)
     cols, n = 4, max(len(groups), 1)
     fig, axes = plt.subplots(-(-n // cols), cols, figsize=(3.6 * cols, 2.6 * -(-n // cols)),
@@ -291,14 +269,16 @@ def plot(jobs: list[Job], out: str) -> None:
     fig.savefig(out, dpi=80)
 
 
-def main(argv: list[str]) -> None:
-    del argv
+def run() -> None:
     jobs = suite_jobs(FLAGS.suite)
+    runner.check(FLAGS.root, FLAGS.parallel, FLAGS.report_only)
     if not FLAGS.report_only:
-        run_all(jobs)
+        by_name = {j.name: j for j in jobs}
+        runner.run_all(FLAGS.root, list(by_name), lambda name: start(by_name[name]),
+                       FLAGS.parallel, {j.name: j.lr_from for j in jobs if j.lr_from})
     if FLAGS.record:
         record(jobs, FLAGS.record)
-    table = report(jobs)
+    table = report(jobs, SUITES[FLAGS.suite][0])
     if not FLAGS.report_only:
         with open(os.path.join(FLAGS.root, f"{FLAGS.suite}.md"), "w") as f:
             f.write(table)
@@ -308,4 +288,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    run_binary(run)

@@ -4,8 +4,10 @@ import os
 
 import pytest
 
+from dense_rnn.data import DEFAULT_DATA_DIR
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATA_DIR = os.environ.get("DENSE_RNN_DATA_DIR", os.path.join(REPO, "..", "shared", "data"))
+DATA_DIR = os.environ.get("DENSE_RNN_DATA_DIR", DEFAULT_DATA_DIR)
 
 
 @pytest.fixture(scope="session")

@@ -155,7 +155,6 @@ def test_param_counts_pinned(name):
     sizes = {k: sum(np.prod(a.shape) for a in jax.tree.leaves(v)) for k, v in shapes.items()}
     assert sizes["embed"] == 7 * 300 and sizes["softmax"] == c.model_args["features"] * 5 + 5
     assert sum(sizes.values()) - sizes["embed"] - sizes["softmax"] == ours
-    assert cfg.full_param_count(c, num_classes=5, vocab_size=7) == sum(sizes.values())
 
 
 @pytest.mark.parametrize("name", [n for n in HAND_COUNTS if n.rsplit("_", 1)[0] in cfg.TABLE2])

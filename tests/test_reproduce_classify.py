@@ -1,14 +1,65 @@
-"""The classification reproduction driver: its suites, run names and report."""
+"""The classification reproduction driver: its suites, run names, report and paper targets."""
 
 import json
 import os
+import re
+import subprocess
+import sys
 
 import pytest
 from absl import flags
 
 from dense_rnn.configs import dc_bilstm, hm_densernn
+from dense_rnn.data import DEFAULT_DATA_DIR
 from dense_rnn.train import classify
 from experiments import reproduce_classify as rc
+from experiments import runner
+from tests.conftest import REPO
+
+PAPERS = os.path.join(os.path.dirname(DEFAULT_DATA_DIR), "papers")
+
+# Ding et al. 2018, transcribed from the paper. Table 1: dataset accuracies (%).
+DING_TABLE1 = {
+    "dc_bilstm": {"mr": 82.8, "sst1": 51.9, "sst2": 89.7, "subj": 94.5, "trec": 95.6},
+    "bilstm": {"mr": 81.8, "sst1": 49.1, "sst2": 87.5, "subj": 93.0, "trec": 93.6},
+}
+# Tables 3-5: config of each row (the suites' names) -> (dl, dh, th, SST-1, SST-2).
+DING_TABLES = {
+    3: {"bilstm": (0, 10, 300, 49.2, 87.2), "dc_bilstm_t3_dl5_dh40": (5, 40, 100, 49.6, 88.4),
+        "dc_bilstm_t3_dl10_dh20": (10, 20, 100, 51.0, 88.5),
+        "dc_bilstm": (15, 13, 100, 51.9, 89.7),
+        "dc_bilstm_t3_dl20_dh10": (20, 10, 100, 50.2, 88.8)},
+    4: {"dc_bilstm_t4_dl0_dh10": (0, 10, 100, 48.5, 87.5),
+        "dc_bilstm_t4_dl5_dh10": (5, 10, 100, 49.4, 88.1),
+        "dc_bilstm_t4_dl10_dh10": (10, 10, 100, 49.5, 88.4),
+        "dc_bilstm_t4_dl15_dh10": (15, 10, 100, 50.6, 88.8),
+        "dc_bilstm_t4_dl20_dh10": (20, 10, 100, 50.2, 88.8)},
+    5: {"dc_bilstm_t5_dl10_dh0": (10, 0, 100, 48.5, 87.5),
+        "dc_bilstm_t5_dl10_dh5": (10, 5, 100, 49.2, 88.3),
+        "dc_bilstm_t5_dl10_dh10": (10, 10, 100, 49.5, 88.4),
+        "dc_bilstm_t5_dl10_dh15": (10, 15, 100, 50.2, 88.4),
+        "dc_bilstm_t5_dl10_dh20": (10, 20, 100, 51.0, 88.5)},
+}
+# Zhao et al. 2019 Table 2: model -> accuracies at 64 / 128 units on IMDB, SST-5, AG.
+ZHAO_TABLE2 = {
+    "rnn": {"imdb": (81.8, 83.0), "sst5": (41.4, 40.5), "ag": (85.5, 74.7)},
+    "gru": {"imdb": (90.4, 90.4), "sst5": (45.8, 46.4), "ag": (92.9, 92.5)},
+    "lstm": {"imdb": (88.8, 89.3), "sst5": (44.0, 45.0), "ag": (92.8, 93.0)},
+    "hornn": {"imdb": (86.0, 84.7), "sst5": (42.5, 42.2), "ag": (90.6, 90.6)},
+    "stacked_rnn": {"imdb": (82.1, 82.5), "sst5": (40.0, 40.7), "ag": (89.9, 90.0)},
+    "stacked_gru": {"imdb": (90.3, 90.2), "sst5": (44.5, 45.6), "ag": (91.8, 90.1)},
+    "stacked_lstm": {"imdb": (88.4, 89.2), "sst5": (43.9, 41.0), "ag": (92.3, 92.3)},
+    "stacked_hornn": {"imdb": (87.8, 83.9), "sst5": (39.7, 41.1), "ag": (90.6, 90.4)},
+    "densernn": {"imdb": (76.1, 82.4), "sst5": (39.9, 36.3), "ag": (86.9, 83.0)},
+    "densegru": {"imdb": (89.6, 89.9), "sst5": (44.9, 45.1), "ag": (92.4, 92.9)},
+    "denselstm": {"imdb": (88.0, 88.2), "sst5": (44.9, 44.4), "ag": (92.5, 93.0)},
+    "hm_densernn": {"imdb": (83.9, 84.3), "sst5": (41.6, 42.2), "ag": (90.5, 90.5)},
+    "hm_densegru": {"imdb": (90.6, 90.4), "sst5": (46.8, 46.2), "ag": (92.7, 93.3)},
+    "hm_denselstm": {"imdb": (89.6, 89.5), "sst5": (45.4, 45.3), "ag": (93.2, 93.5)},
+}
+# Table 3 (SST-5): HM-DenseGRU 64 and its ablations; "- hierarchy" is densegru_64.
+ZHAO_TABLE3 = {"hm_densegru_64": 46.8, "densegru_64": 45.1,
+               "hm_densegru_64_no_multiscale": 46.0, "hm_densegru_64_no_dense_block": 46.3}
 
 
 @pytest.fixture
@@ -70,9 +121,10 @@ def test_report_pools_runs_and_records(parsed, tmp_path):
         (d / "metrics.jsonl").write_text(json.dumps(
             {"epoch": 1, "dev_accuracy": 0.8, "test_accuracy": acc}) + "\n")
         (d / "command.txt").write_text("python -m experiments.classify\n")
-    table = rc.report(jobs)
+    table = rc.report(jobs, 1)
     assert ("| bilstm | sst2 | 1,440,000 | 840,000 | 843,602 | 2 of 3 | 82.0 ± 2.0 | 80.0 | 87.5 |"
             in table)
+    assert "| 2 of 3 | 82.0 ± 2.0 | 80.0 | 87.2 |" in rc.report(jobs, 3)  # Table 3's own
     rc.record(jobs, str(tmp_path / "rec"))
     assert sorted(os.listdir(tmp_path / "rec" / jobs[0].name)) == [
         "command.txt", "metrics.jsonl", "summary.json"]
@@ -82,7 +134,115 @@ def test_report_pools_runs_and_records(parsed, tmp_path):
 
 def test_paper_accuracy_of_both_families():
     assert dc_bilstm.paper_accuracy("dc_bilstm", "trec") == 95.6
+    assert dc_bilstm.paper_accuracy("bilstm", "sst1") == 49.1
+    assert dc_bilstm.paper_accuracy("bilstm", "sst1", 3) == 49.2
+    assert dc_bilstm.paper_accuracy("dc_bilstm_t3_dl0_dh10", "sst2") == 87.2
+    assert dc_bilstm.paper_accuracy("bilstm", "mr", 3) is None
+    assert dc_bilstm.paper_accuracy("bilstm", "sst1", 4) is None  # th=300 is not in Table 4
     assert hm_densernn.paper_accuracy("hm_densegru_64", "sst5") == 46.8
     assert hm_densernn.paper_accuracy("lstm_128", "imdb") == 89.3
     assert hm_densernn.paper_accuracy("hm_densegru_64_no_dense_block", "sst5") == 46.3
+    assert hm_densernn.paper_accuracy("densegru_64", "sst5") == 44.9
+    assert hm_densernn.paper_accuracy("densegru_64", "sst5", 3) == 45.1
+    assert hm_densernn.paper_accuracy("gru_64", "sst5", 3) is None
     assert hm_densernn.paper_accuracy("gru_64", "mr") is None
+
+
+def _expected(suite: str, config: str, dataset: str) -> float:
+    if suite == "dc_table1":
+        return DING_TABLE1[config][dataset]
+    if suite.startswith("dc_table"):
+        return DING_TABLES[int(suite[-1])][config][3 if dataset == "sst1" else 4]
+    if suite == "hm_table3":
+        return ZHAO_TABLE3[config]
+    model, units = config.rsplit("_", 1)
+    return ZHAO_TABLE2[model][dataset][hm_densernn.UNITS.index(int(units))]
+
+
+def test_every_suite_row_shows_its_own_tables_number(parsed):
+    """Pins every paper target of every suite to the transcribed tables above."""
+    seen = set()
+    for suite, (table, _) in rc.SUITES.items():
+        for job in rc.suite_jobs(suite):
+            config, dataset = rc._arg(job, "config"), rc._arg(job, "dataset")
+            assert rc._paper(config, dataset, table) == str(_expected(suite, config, dataset)), (
+                suite, config, dataset)
+            seen.add((suite, config))
+    assert {c for s, c in seen if s == "dc_table3"} == set(DING_TABLES[3])
+    assert {c for s, c in seen if s == "dc_table4"} == set(DING_TABLES[4])
+    assert {c for s, c in seen if s == "dc_table5"} == set(DING_TABLES[5])
+    assert {c for s, c in seen if s == "hm_table3"} == set(ZHAO_TABLE3)
+    assert {c for s, c in seen if s == "hm_table2"} == {
+        f"{m}_{u}" for m in ZHAO_TABLE2 for u in hm_densernn.UNITS}
+    for t, rows in DING_TABLES.items():  # the configs are the rows they are named for
+        for config, (dl, dh, th, _, _) in rows.items():
+            args = dc_bilstm.CONFIGS[config].model_args
+            assert (args["dl"], args["dh"], args["th"]) == (dl, dh, th), (t, config)
+
+
+def _html_rows(text: str) -> list[list[str]]:
+    """The cells of every ``<tr>`` of an HTML-table text, tags stripped."""
+    return [[re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<t[dh]>(.*?)</t[dh]>", r)]
+            for r in re.findall(r"<tr>(.*?)</tr>", text, re.S)]
+
+
+def test_transcribed_tables_match_the_papers():
+    ding = os.path.join(PAPERS, "ding2018_dc_bilstm.txt")
+    zhao = os.path.join(PAPERS, "zhao2018_hm_densernn.txt")
+    if not (os.path.exists(ding) and os.path.exists(zhao)):
+        pytest.skip(f"no paper texts in {PAPERS}")
+    with open(ding) as f:
+        rows = _html_rows(f.read())
+    by_model = {r[0].split(" [")[0]: r[1:] for r in rows if len(r) == 6}
+    for name, label in (("bilstm", "Bi-LSTM"), ("dc_bilstm", "DC-Bi-LSTM (ours)")):
+        assert [float(x) for x in by_model[label]] == list(DING_TABLE1[name].values())
+    numeric = [r for r in rows if len(r) == 6 and r[3].endswith("M")]
+    assert [(int(r[0]), int(r[1]), int(r[2]), float(r[4]), float(r[5])) for r in numeric] == [
+        row for t in (3, 4, 5) for row in DING_TABLES[t].values()]
+    with open(zhao) as f:
+        text = f.read()
+    for model, accs in ZHAO_TABLE2.items():
+        for a, b in accs.values():
+            assert f"{a} / {b}" in text, model
+    assert "46.8\n45.1\n46.0\n46.3" in text
+
+
+def reproduce(*args):
+    return subprocess.run([sys.executable, "-m", "experiments.reproduce_classify", *args],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--suite=nope"], "known suites: dc_table1, dc_table3"),
+    (["--configs=bilstm,nope"], "--configs=nope: not in --suite=dc_table1, whose configs are "
+     "dc_bilstm, bilstm"),
+    (["--suite=dc_table3", "--datasets=mr"], "whose datasets are sst1, sst2"),
+    (["--suite=hm_table2", "--units=32"], "--units=32"),
+    (["--parallel=0"], "--parallel=0"),
+    (["--report_only", "--root=/nonexistent/cls"], "--root=/nonexistent/cls does not exist"),
+])
+def test_bad_input_is_one_error_line(args, match):
+    r = reproduce(*args)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and match in lines[0], r.stderr
+
+
+def test_a_run_waits_for_its_sweep_and_is_skipped_if_it_failed(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(runner.time, "sleep", lambda s: None)
+    started = []
+
+    def start(name):
+        started.append(name)
+        if name == "ok":
+            (tmp_path / name).mkdir()
+            (tmp_path / name / "summary.json").write_text("{}")
+        return subprocess.Popen([sys.executable, "-c", ""])
+
+    runner.run_all(str(tmp_path), ["ok", "after_ok", "bad", "after_bad"], start, 1,
+                   {"after_ok": "ok", "after_bad": "bad"})
+    assert started == ["ok", "after_ok", "bad"]
+    assert "skipped after_bad: bad failed" in capsys.readouterr().out
+    started.clear()
+    runner.run_all(str(tmp_path), ["ok"], start, 1)  # finished runs are not started again
+    assert started == []

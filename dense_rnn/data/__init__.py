@@ -1,0 +1,7 @@
+"""Dataset readers; ``DEFAULT_DATA_DIR`` is the data root the binaries and tests default to."""
+
+import os
+
+# <checkout>/../shared/data: mr/, sst/, subj/, trec/, ptb/, glove/, ...
+DEFAULT_DATA_DIR = os.path.normpath(
+    os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data"))

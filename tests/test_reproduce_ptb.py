@@ -1,0 +1,63 @@
+"""The PTB reproduction driver as a binary: bad input, report-only, recorded commands."""
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+from tests.conftest import REPO
+
+XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+
+
+def reproduce(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "experiments.reproduce_ptb", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **(env or {})})
+
+
+def one_line_error(result, match):
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and match in lines[0], result.stderr
+
+
+def test_bad_input_is_one_error_line(tmp_path):
+    one_line_error(reproduce("--parallel=0", f"--root={tmp_path}"), "--parallel=0")
+    missing = tmp_path / "missing"
+    one_line_error(reproduce("--report_only", f"--root={missing}"), f"--root={missing} does not")
+    assert not missing.exists()
+    one_line_error(reproduce("--configs=nope", f"--root={tmp_path}"), "known: zaremba_small")
+    one_line_error(reproduce("--report_only", f"--root={tmp_path}",
+                             f"--report={missing}/t.md"), "directory does not exist")
+    one_line_error(reproduce("stray"), "unexpected arguments 'stray'")
+
+
+def test_report_only_prints_the_finished_runs_and_writes_nothing(tmp_path):
+    (tmp_path / "zaremba_small").mkdir()
+    (tmp_path / "zaremba_small" / "summary.json").write_text(json.dumps({
+        "num_params": 4651600, "epochs_completed": 13, "best_valid_ppl": 118.4,
+        "test_ppl": 115.04, "train_tokens_per_second": 12345.6, "wall_seconds": 600.0,
+        "device": "cpu"}))
+    r = reproduce("--report_only", f"--root={tmp_path}", "--configs=zaremba_small,zaremba_medium")
+    assert r.returncode == 0, r.stderr
+    assert ("| zaremba_small | 4,651,600 | 5M | 13 | 118.4 | 115.0 | 120.7 | 114.5 | 12,346 "
+            "| 10.0 min | cpu |") in r.stdout
+    assert "| zaremba_medium | | 20M | not run |" in r.stdout
+    assert os.listdir(tmp_path) == ["zaremba_small"]
+
+
+def test_runs_record_a_runnable_command_line(tmp_path):
+    root = tmp_path / "runs"
+    r = reproduce(f"--root={root}", "--configs=tiny", "--extra=--dry_run",
+                  env={"XLA_FLAGS": XLA_FLAGS})
+    assert r.returncode == 0, r.stderr
+    assert "finished tiny (exit 0)" in r.stdout
+    command = (root / "tiny" / "command.txt").read_text()
+    assert command == (f"XLA_FLAGS='{XLA_FLAGS}' python -m experiments.ptb_lm --config=tiny "
+                       f"--dry_run --workdir={root / 'tiny'}\n")
+    assert shlex.split(command)[:4] == [f"XLA_FLAGS={XLA_FLAGS}", "python", "-m",
+                                        "experiments.ptb_lm"]
+    assert "num_params=" in (root / "tiny" / "train.log").read_text()
+    assert "| tiny | |" in (root / "table1.md").read_text()
