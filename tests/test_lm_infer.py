@@ -1,5 +1,6 @@
 """Sampling and scoring with a trained LM: step-by-step vs one pass, seeds, the binary."""
 
+import json
 import math
 import shutil
 
@@ -7,9 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from dense_rnn.configs import dc_bilstm
 from dense_rnn.data import ptb
 from dense_rnn.errors import UserError
-from dense_rnn.train import lm, lm_infer
+from dense_rnn.train import classify_infer, lm, lm_infer
 from tests.test_ptb_lm_binary import corpus_dir, one_line_error, run_binary, tiny  # noqa: F401
 
 SENTENCES = ["w1 w2 w3", "w4 w0 w5 w6 w7 w8 w9 w10 w11 w12 w13 w14 w15 w16 w17 w18 w19", "w3"]
@@ -94,6 +96,17 @@ def test_binary_sample_score_and_bad_inputs(workdir, tmp_path):
                    "no training run")
     one_line_error(run_binary("--mode=score", f"--workdir={workdir}",
                               f"--text_file={tmp_path / 'missing.txt'}"), "no text file")
+
+
+def test_workdirs_of_the_other_binary_are_refused(workdir, tmp_path):
+    """A classifier's workdir given to sampling, and this LM's to the classifier."""
+    identity = {**dc_bilstm.CONFIGS["dc_bilstm_t4_dl0_dh10"].to_dict(), "dataset": "trec",
+                "embeddings": "", "oov": "drop"}  # as experiments.classify writes it
+    (tmp_path / "run_identity.json").write_text(json.dumps(identity))
+    one_line_error(run_binary("--mode=sample", f"--workdir={tmp_path}"),
+                   "holds no experiments.ptb_lm run")
+    with pytest.raises(UserError, match="holds no experiments.classify run"):
+        classify_infer.load(workdir)
 
 
 def test_workdir_without_vocab_file(workdir, trained, corpus_dir, tmp_path):  # noqa: F811

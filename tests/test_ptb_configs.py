@@ -67,6 +67,26 @@ PINNED = {
 }
 
 
+# name: (valid ppl, test ppl) as printed. Zaremba et al. 2014 Table 1 (small: the
+# non-regularized LSTM); Godin et al. 2017 Table 1 (zaremba_small_dropout: its row 1,
+# their own run; medium and large: its rows 2-3, quoting Zaremba et al.).
+PAPER_PPL = {
+    "zaremba_small": (120.7, 114.5),
+    "zaremba_small_dropout": (104.5, 100.4),
+    "zaremba_medium": (86.2, 82.7),
+    "zaremba_large": (82.2, 78.4),
+    "godin_stacked_200x2": (105.0, 100.9),
+    "godin_stacked_200x3": (113.0, 108.8),
+    "godin_stacked_350x2": (91.5, 87.9),
+    "godin_dense_200x2": (83.4, 80.4),
+    "godin_dense_200x3": (81.5, 78.5),
+    "godin_dense_200x4": (79.2, 76.8),
+    "godin_dense_200x5": (79.7, 76.9),
+    "godin_dense_650x2": (81.5, 78.9),
+    "godin_dense_650x2_vd": (81.3, 78.3),
+}
+
+
 @pytest.mark.parametrize("name", sorted(PINNED))
 def test_config_values(name):
     c = CONFIGS[name]
@@ -74,6 +94,7 @@ def test_config_values(name):
            c.variational, c.init_scale, c.num_steps, c.lr_decay, c.decay_after_epochs,
            c.max_grad_norm, c.max_epochs)
     assert got == PINNED[name]
+    assert (c.paper_valid_ppl, c.paper_test_ppl) == PAPER_PPL[name]
     assert (c.batch_size, c.learning_rate, c.vocab_size) == (20, 1.0, 10_000)
     assert c.early_stopping_patience == (0 if name.startswith("zaremba") else 10)
 

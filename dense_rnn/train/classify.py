@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 import os
 import sys
 import time
@@ -249,11 +248,8 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
                   {"progress": dataclasses.asdict(progress), "config": c.to_dict()})
 
     def check_finite(ce_sum: float) -> None:
-        if not math.isfinite(ce_sum):
-            raise UserError(
-                f"training loss is {ce_sum / n_train} in epoch {progress.epoch + 1}; the last "
-                f"good checkpoint in {workdir}/checkpoints is kept: lower --learning_rate or "
-                "set --max_grad_norm, and resume")
+        metrics.check_finite(ce_sum / n_train, f"in epoch {progress.epoch + 1}", workdir,
+                             ckpt.latest_step() is not None, RESUMABLE_FIELDS)
 
     while not progress.done and progress.epoch < c.max_epochs:
         rng = np.random.default_rng([c.seed, progress.epoch])

@@ -138,14 +138,6 @@ def _format_eta(seconds: float) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
 
 
-def _check_finite(value: float, step: int, workdir: str, saved: bool) -> None:
-    if not math.isfinite(value):
-        kept = (f"the last good checkpoint in {workdir}/checkpoints is kept: lower "
-                "--learning_rate or --max_grad_norm and resume" if saved else
-                "no checkpoint was saved yet: lower --learning_rate or --max_grad_norm")
-        raise UserError(f"training loss is {value} at step {step}; {kept}")
-
-
 @dataclasses.dataclass
 class Progress:
     """Where a run stands; saved with every checkpoint."""
@@ -264,7 +256,8 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
             if not (at_log or at_ckpt or stop or progress.step_in_epoch == steps_per_epoch):
                 continue
             value = float(pending_nll)  # waits for the device
-            _check_finite(value, progress.global_step, workdir, ckpt.latest_step() is not None)
+            metrics.check_finite(value, f"at step {progress.global_step}", workdir,
+                                 ckpt.latest_step() is not None, RESUMABLE_FIELDS)
             dt = time.time() - t0
             progress.train_seconds += dt
             progress.train_tokens += timed_steps * tokens_per_step

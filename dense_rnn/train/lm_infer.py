@@ -58,7 +58,11 @@ def load(workdir: str, data_dir: str | None = None,
     if identity is None:
         raise UserError(f"no training run in {workdir} (no {checkpoint.IDENTITY_FILE}); pass "
                         "the --workdir of a finished experiments.ptb_lm run")
-    known = {f.name for f in dataclasses.fields(LMConfig)}
+    fields = dataclasses.fields(LMConfig)
+    if any(f.default is dataclasses.MISSING and f.name not in identity for f in fields):
+        raise UserError(f"{workdir} holds no experiments.ptb_lm run (a classifier's?); pass "
+                        "the --workdir of a language-model run")
+    known = {f.name for f in fields}
     config = LMConfig(**{k: v for k, v in identity.items() if k in known})
     vocab_path = os.path.join(workdir, ptb.VOCAB_FILE)
     if os.path.isfile(vocab_path) or data_dir is None:

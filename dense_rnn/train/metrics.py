@@ -1,15 +1,20 @@
 """Run records: ``metrics.jsonl`` (one record per evaluation), ``summary.json``, a PNG of
-the curves, and TensorBoard event files (``tensorboard --logdir WORKDIR/tensorboard``)."""
+the curves, and TensorBoard event files (``tensorboard --logdir WORKDIR/tensorboard``);
+and the check that stops a run whose training loss is no longer finite."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
+from collections.abc import Sequence
 from typing import Any
 
 import jax
 from tensorboardX import SummaryWriter
+
+from dense_rnn.errors import UserError
 
 
 def device_description() -> str:
@@ -44,6 +49,23 @@ def write_json(path: str, obj: Any) -> None:
     with open(tmp, "w") as f:
         json.dump(obj, f, indent=1, sort_keys=True)
     os.replace(tmp, path)
+
+
+def check_finite(loss: float, where: str, workdir: str, saved: bool,
+                 resumable: Sequence[str]) -> None:
+    """Raises a UserError if the training ``loss`` (``where``: "at step 40") is not finite.
+    The advice depends on whether a checkpoint was ``saved`` and whether the run may resume
+    with another learning rate (one of its ``resumable`` fields)."""
+    if math.isfinite(loss):
+        return
+    fix = "lower --learning_rate or clip gradients harder with --max_grad_norm"
+    if not saved:
+        advice = f"no checkpoint was saved yet: {fix}"
+    elif "learning_rate" in resumable:
+        advice = f"the last good checkpoint in {workdir}/checkpoints is kept: {fix}, and resume"
+    else:
+        advice = f"{fix} in a new --workdir ({workdir} resumes only the same config)"
+    raise UserError(f"training loss is {loss} {where}; {advice}")
 
 
 class MetricsWriter:
