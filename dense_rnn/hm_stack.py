@@ -86,6 +86,7 @@ class HMDenseStack(nn.Module):
 
     @nn.compact
     def __call__(self, x: Array, lengths: Array | None = None) -> tuple[cells.Carry, list[Array]]:
+        """The top layer's final carry and each layer's states on its own time axis."""
         outputs, carry = [], None
         for i, (_, sub, k) in enumerate(layer_schedule(self.depths, self.multiscale,
                                                        self.dense)):

@@ -25,7 +25,8 @@ from dense_rnn.recurrent import scan_cell
 Array = jax.Array
 
 
-def hornn_step(params: cells.Params, carry: tuple[Array, ...], xw: Array):
+def hornn_step(params: cells.Params, carry: tuple[Array, ...],
+               xw: Array) -> tuple[tuple[Array, ...], Array]:
     """One Gated HORNN step; ``xw = x_t @ w_ih + b``, ``carry = (h_{t-N}, ..., h_{t-1})``."""
     order = len(carry)
     past = carry[::-1]  # h_{t-1}, ..., h_{t-N}
@@ -52,7 +53,8 @@ class GatedHORNN(nn.Module):
     order: int = 2
 
     @nn.compact
-    def __call__(self, x: Array, lengths: Array | None = None):
+    def __call__(self, x: Array, lengths: Array | None = None) -> tuple[cells.Carry, Array]:
+        """The final carry and every step's state ``(batch, time, features)``."""
         cell = hornn_cell(self.order)
         h, init = self.features, pytorch_uniform(self.features)
         params = {

@@ -55,6 +55,7 @@ def make_mesh(num_devices: int = 0) -> Mesh:
 
 
 def replicated(mesh: Mesh) -> NamedSharding:
+    """The whole value on every device."""
     return NamedSharding(mesh, PartitionSpec())
 
 
@@ -81,7 +82,7 @@ def put(tree: Any, sharding: NamedSharding) -> Any:
     """Every leaf of ``tree`` (host or device values, the same in every process) as a
     global array laid out by ``sharding``."""
 
-    def one(x):
+    def one(x: Any) -> jax.Array:
         x = np.asarray(x)
         return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
 

@@ -19,12 +19,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+from types import ModuleType
 
 from absl import flags
 
 from dense_rnn.cli import run_binary
 from dense_rnn.configs.classifier import ClassifierConfig
-from dense_rnn.configs.flags import apply_overrides, define_override_flags
+from dense_rnn.configs.families import all_configs, get_config
+from dense_rnn.configs.flags import DEFINE_BY_TYPE, apply_overrides, define_override_flags
 from dense_rnn.data import DEFAULT_DATA_DIR
 from dense_rnn.errors import UserError
 
@@ -61,15 +63,11 @@ FLAGS = flags.FLAGS
 
 def _define_model_arg_flags() -> list[str]:
     """``--<arg>`` for every model argument of every known config (first type seen wins)."""
-    from dense_rnn.train.classify import all_configs
-
-    define = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer,
-              float: flags.DEFINE_float, str: flags.DEFINE_string}
     names: list[str] = []
     for config, _ in all_configs().values():
         for k, v in config.model_args.items():
-            if k not in names and k not in FLAGS and type(v) in define:
-                define[type(v)](k, None, "Override the model argument of that name.")
+            if k not in names and k not in FLAGS and type(v) in DEFINE_BY_TYPE:
+                DEFINE_BY_TYPE[type(v)](k, None, "Override the model argument of that name.")
                 names.append(k)
     return names
 
@@ -77,10 +75,10 @@ def _define_model_arg_flags() -> list[str]:
 MODEL_ARG_FLAGS = _define_model_arg_flags()
 
 
-def resolve_config():
-    from dense_rnn.train import classify
-
-    config, family = classify.get_config(FLAGS.config)
+def resolve_config() -> tuple[ClassifierConfig, ModuleType]:
+    """The named ``--config`` and its family, with every override and model-argument flag
+    given applied; its model is built once to reject arguments the model cannot take."""
+    config, family = get_config(FLAGS.config)
     config = apply_overrides(config, OVERRIDES, FLAGS)
     given = {n: FLAGS[n].value for n in MODEL_ARG_FLAGS if FLAGS[n].present}
     unknown = sorted(set(given) - set(config.model_args))
@@ -93,6 +91,8 @@ def resolve_config():
         from dense_rnn.data.glove import glove_dim
 
         config = dataclasses.replace(config, embed_size=glove_dim(FLAGS.embeddings))
+    from dense_rnn.train import classify  # after the checks above: keeps their errors fast
+
     try:
         classify.num_params_without_embedding(config, num_classes=2)  # builds the model
     except (ValueError, TypeError) as e:
@@ -118,13 +118,14 @@ def predict(workdir: str) -> None:
 
 
 def run() -> None:
-    from dense_rnn.data.text_classification import get_dataset
-    from dense_rnn.train import classify
-
+    """Trains ``--config`` on ``--dataset`` (or classifies ``--text_file`` with a trained run)."""
     if FLAGS.mode == "predict":
         predict(FLAGS.workdir or os.path.join("workdirs", f"{FLAGS.config}_{FLAGS.dataset}"))
         return
     config, family = resolve_config()
+    from dense_rnn.data.text_classification import get_dataset
+    from dense_rnn.train import classify
+
     spec = get_dataset(FLAGS.dataset)
     if FLAGS.dry_run:
         for k, v in config.to_dict().items():

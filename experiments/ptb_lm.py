@@ -46,6 +46,7 @@ FLAGS = flags.FLAGS
 
 
 def resolve_config() -> ptb_configs.LMConfig:
+    """The named ``--config`` with every override flag given applied."""
     if FLAGS.config not in ptb_configs.CONFIGS:
         raise UserError(f"unknown config {FLAGS.config!r}; known configs: "
                         f"{', '.join(ptb_configs.CONFIGS)}")
@@ -82,6 +83,7 @@ def infer(workdir: str) -> None:
 
 
 def run() -> None:
+    """Trains ``--config`` (or samples/scores with a trained one, per ``--mode``)."""
     config = resolve_config()
     if FLAGS.mode != "train":
         infer(FLAGS.workdir or os.path.join("workdirs", config.name))

@@ -28,6 +28,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import Callable
+from types import ModuleType
 
 import numpy as np
 from absl import flags
@@ -181,7 +182,7 @@ def record(jobs: list[Job], dest: str) -> None:
                         shutil.copy2(os.path.join(d, f), os.path.join(out, f))
 
 
-def _family(name: str):
+def _family(name: str) -> ModuleType:
     return hm_densernn if name in hm_densernn.CONFIGS else dc_bilstm
 
 
@@ -270,6 +271,7 @@ def plot(jobs: list[Job], out: str) -> None:
 
 
 def run() -> None:
+    """Runs the suite's unfinished jobs (unless --report_only), then prints its table."""
     jobs = suite_jobs(FLAGS.suite)
     runner.check(FLAGS.root, FLAGS.parallel, FLAGS.report_only)
     if not FLAGS.report_only:

@@ -35,12 +35,14 @@ FLAGS = flags.FLAGS
 
 
 def start(name: str) -> subprocess.Popen:
+    """Launches the training run of config ``name`` in ``ROOT/name``."""
     data_dir = [f"--data_dir={FLAGS.data_dir}"] if FLAGS.data_dir else []
     return runner.launch("experiments.ptb_lm", [f"--config={name}", *data_dir, *FLAGS.extra],
                          os.path.join(FLAGS.root, name))
 
 
 def report(names: list[str]) -> str:
+    """A markdown table of the runs of ``names`` beside the paper's numbers."""
     rows = ["| config | params | paper params | epochs | valid ppl | test ppl | paper valid "
             "| paper test | train tok/s | wall | device |", "|" + " --- |" * 11]
     for name in names:
@@ -59,6 +61,7 @@ def report(names: list[str]) -> str:
 
 
 def run() -> None:
+    """Runs the unfinished configs (unless --report_only), then writes and prints the table."""
     unknown = [n for n in FLAGS.configs if n not in ptb_configs.CONFIGS]
     if unknown:
         raise UserError(f"unknown configs {', '.join(unknown)}; known: "

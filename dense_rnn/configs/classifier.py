@@ -52,6 +52,7 @@ class ClassifierConfig:
             raise UserError(f"config {self.name}: {'; '.join(problems)}")
 
     def to_dict(self) -> dict[str, Any]:
+        """The config's fields as a plain dict (``model_args`` as a ``dict``)."""
         d = dataclasses.asdict(self)
         d["model_args"] = dict(self.model_args)
         return d

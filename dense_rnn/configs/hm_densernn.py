@@ -45,9 +45,7 @@ no dropout, at most 20 epochs, patience 3.
 
 from __future__ import annotations
 
-from dense_rnn import cells
 from dense_rnn.configs.classifier import ClassifierConfig
-from dense_rnn.hm_stack import layer_schedule
 
 LR_SWEEP = (1e-2, 1e-3, 1e-4)
 UNITS = (64, 128)
@@ -152,6 +150,10 @@ CONFIGS: dict[str, ClassifierConfig] = {**_table2_configs(), **_ablations()}
 
 def _layers(a: dict, embed_size: int) -> list[tuple[int, int, int]]:
     """``(input size, recurrent blocks s, gates)`` of each recurrent layer."""
+    # Imported here: listing the configs must not import JAX (see configs/families.py).
+    from dense_rnn import cells
+    from dense_rnn.hm_stack import layer_schedule
+
     h = a["features"]
     if a["net"] == "hm":
         gates = cells.get_cell(a["cell"]).gates

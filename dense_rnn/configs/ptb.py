@@ -64,10 +64,12 @@ class LMConfig:
             raise UserError(f"config {self.name}: {'; '.join(problems)}")
 
     def to_dict(self) -> dict[str, Any]:
+        """The config's fields as a plain dict."""
         return dataclasses.asdict(self)
 
 
-def _zaremba(name, hidden, steps, init, dropout, epochs, decay, after, clip, params, v, t):
+def _zaremba(name: str, hidden: int, steps: int, init: float, dropout: float, epochs: int,
+             decay: float, after: int, clip: float, params: str, v: float, t: float) -> LMConfig:
     return LMConfig(
         name=name, hidden_size=hidden, num_layers=2, embed_size=hidden, dropout_rate=dropout,
         init_scale=init, num_steps=steps, lr_decay=decay, decay_after_epochs=after,
@@ -79,7 +81,8 @@ def _zaremba(name, hidden, steps, init, dropout, epochs, decay, after, clip, par
 GODIN_PATIENCE = 10  # Godin et al. stop early on validation without saying after how long
 
 
-def _godin(name, hidden, layers, connectivity, dropout, params, v, t, **kw):
+def _godin(name: str, hidden: int, layers: int, connectivity: str, dropout: float, params: str,
+           v: float, t: float, **kw: Any) -> LMConfig:
     embed = 200 if connectivity == "dense" else hidden
     return LMConfig(
         name=name, hidden_size=hidden, num_layers=layers, embed_size=embed,

@@ -33,6 +33,7 @@ class Corpus:
     test: np.ndarray
 
     def split(self, name: str) -> np.ndarray:
+        """Token ids of split ``name`` (``train``, ``valid`` or ``test``)."""
         return getattr(self, name)
 
 
@@ -97,6 +98,7 @@ def write_vocab(path: str, vocab: list[str]) -> None:
 
 
 def read_vocab(path: str) -> list[str]:
+    """The vocabulary ``write_vocab`` wrote to ``path``."""
     if not os.path.isfile(path):
         raise UserError(f"no vocabulary file {path}; it is written by training runs "
                         "(experiments.ptb_lm) in their workdir")
@@ -105,6 +107,7 @@ def read_vocab(path: str) -> list[str]:
 
 
 def encode(lines: list[str], word_to_id: dict[str, int]) -> np.ndarray:
+    """Token ids of ``lines``, each line followed by ``EOS``; other words become ``UNK``."""
     unk = word_to_id.get(UNK)
     ids = []
     for line in lines:

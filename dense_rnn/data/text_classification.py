@@ -21,6 +21,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterator, Sequence
+from types import ModuleType
 
 import datasets
 import numpy as np
@@ -267,19 +268,21 @@ def truncate(splits: Splits, max_len: int) -> Splits:
             for k, ds in splits.items()}
 
 
-def _hm_datasets():
+def _hm_datasets() -> ModuleType:
     from dense_rnn.data import hm_datasets
 
     return hm_datasets
 
 
 def get_dataset(name: str) -> DatasetSpec:
+    """The registered dataset ``name``."""
     if name not in DATASETS:
         raise UserError(f"unknown dataset {name!r}; use one of {', '.join(sorted(DATASETS))}")
     return DATASETS[name]
 
 
-def _split_off(ds: datasets.Dataset, fraction: float, seed: int):
+def _split_off(ds: datasets.Dataset, fraction: float,
+               seed: int) -> tuple[datasets.Dataset, datasets.Dataset]:
     """``(rest, slice)``: a fixed, seeded ``fraction`` of ``ds`` split off."""
     perm = np.random.default_rng(seed).permutation(len(ds))
     n = int(round(fraction * len(ds)))
@@ -315,6 +318,7 @@ class Vocab:
 
     @property
     def index(self) -> dict[str, int]:
+        """Word -> id."""
         return {w: i for i, w in enumerate(self.words)}
 
     def save(self, path: str) -> None:
@@ -338,6 +342,7 @@ class Vocab:
                             "command on a new --workdir") from None
 
     def encode(self, tokens: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        """Word ids of each sentence (unknown words dropped or mapped to ``UNK``)."""
         index = self.index
         ids = ([index.get(w, UNK) for w in sent] for sent in tokens)
         if self.drop_unknown:
@@ -366,6 +371,7 @@ def build_vocab(splits: Splits, pretrained: set[str] | None, oov: str) -> Vocab:
 
 
 def all_words(splits: Splits) -> set[str]:
+    """Every word of every split."""
     return {w for ds in splits.values() for s in ds["tokens"] for w in s}
 
 

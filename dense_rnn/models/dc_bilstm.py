@@ -50,6 +50,7 @@ class DCBiLSTM(nn.Module):
 
     @nn.compact
     def __call__(self, tokens: Array, lengths: Array, deterministic: bool = True) -> Array:
+        """Logits ``(batch, num_classes)`` of padded ``tokens`` with true ``lengths``."""
         if self.dl < 0 or self.dh < 0 or self.th < 1:
             raise ValueError(f"dl={self.dl}, dh={self.dh}, th={self.th}: dl and dh must be "
                              ">= 0 and th >= 1")

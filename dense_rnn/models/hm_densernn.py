@@ -68,6 +68,7 @@ class HMTextClassifier(nn.Module):
 
     @nn.compact
     def __call__(self, tokens: Array, lengths: Array, deterministic: bool = True) -> Array:
+        """Logits ``(batch, num_classes)`` of padded ``tokens`` with true ``lengths``."""
         if self.features < 1 or self.layers < 1 or min(self.depths, default=0) < 1:
             raise ValueError(f"features={self.features}, layers={self.layers}, depths="
                              f"{tuple(self.depths)}: each must be at least 1")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 
 from dense_rnn import cells, recurrent, softmax, stack
 
@@ -42,7 +43,8 @@ class LanguageModel(nn.Module):
     init_scale: float = 0.05
     scan_unroll: int = 1
 
-    def zero_carries(self, batch: int, dtype=jnp.float32) -> tuple:
+    def zero_carries(self, batch: int, dtype: DTypeLike = jnp.float32) -> tuple:
+        """Zero initial carries of every layer for a stream of ``batch`` rows."""
         zero = cells.get_cell("lstm").zero_carry
         return tuple(zero((batch,), self.hidden_size, dtype) for _ in range(self.num_layers))
 
@@ -51,6 +53,7 @@ class LanguageModel(nn.Module):
         self, tokens: Array, carries: tuple | None = None, targets: Array | None = None, *,
         deterministic: bool = True,
     ) -> tuple[Array, tuple]:
+        """``(logits or per-token NLL, final carries)``; see the class docstring."""
         init = recurrent.uniform_init(self.init_scale)
         e = nn.Embed(self.vocab_size, self.embed_size, embedding_init=init, name="embed")(tokens)
         broadcast = (1,) if self.variational else ()

@@ -87,6 +87,7 @@ class Checkpointer:
         self._identity_written = True
 
     def latest_step(self) -> int | None:
+        """The step of the latest checkpoint, or None before the first."""
         return self._latest.latest_step()
 
     def _save(self, manager: ocp.CheckpointManager, step: int, args: ocp.args.Composite) -> None:
@@ -99,6 +100,7 @@ class Checkpointer:
         manager.save(step, args=args, force=True)
 
     def save(self, step: int, state: Any, meta: dict[str, Any]) -> None:
+        """Saves the training ``state`` and its metadata as the latest checkpoint of ``step``."""
         self._save(self._latest, step, ocp.args.Composite(
             state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)))
 
@@ -121,10 +123,12 @@ class Checkpointer:
         return out.state, out.meta
 
     def save_best(self, step: int, params: Any, meta: dict[str, Any]) -> None:
+        """Saves ``params`` and their metadata as the best checkpoint (replacing the last)."""
         self._save(self._best, step, ocp.args.Composite(
             params=ocp.args.StandardSave(params), meta=ocp.args.JsonSave(meta)))
 
     def restore_best(self, like: Any) -> tuple[Any, dict[str, Any]] | None:
+        """The best parameters (structured like ``like``) and their metadata, or None."""
         step = self._best.latest_step()
         if step is None:
             return None
@@ -135,10 +139,12 @@ class Checkpointer:
         return out.params, out.meta
 
     def wait(self) -> None:
+        """Blocks until every pending (asynchronous) save has finished."""
         self._latest.wait_until_finished()
         self._best.wait_until_finished()
 
     def close(self) -> None:
+        """Finishes pending saves and releases both checkpoint managers."""
         self._latest.close()
         self._best.close()
 

@@ -10,8 +10,8 @@ Model selection: the test accuracy reported is that of the epoch with the best d
 accuracy. ``select="test"`` reports instead the best test accuracy seen during training
 (Ding et al.'s protocol, optimistic), and says so in every output.
 
-Config families: every module in ``FAMILIES`` provides ``CONFIGS``,
-``paper_param_count(config, embed_size)`` and ``paper_accuracy(name, dataset)``.
+Config families: every module in ``FAMILIES`` (``dense_rnn/configs/families.py``) provides
+``CONFIGS``, ``paper_param_count(config, embed_size)`` and ``paper_accuracy(name, dataset)``.
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ import itertools
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -33,15 +34,16 @@ from flax import traverse_util
 from jax.sharding import Mesh
 
 from dense_rnn import parallel, precision
-from dense_rnn.configs import dc_bilstm, hm_densernn
 from dense_rnn.configs.classifier import ClassifierConfig
+from dense_rnn.configs.families import FAMILIES as FAMILIES  # re-exported, as before
+from dense_rnn.configs.families import all_configs as all_configs
+from dense_rnn.configs.families import get_config as get_config
 from dense_rnn.data import text_classification as tc
 from dense_rnn.data.glove import load_glove
 from dense_rnn.errors import UserError
 from dense_rnn.models import CLASSIFIERS
 from dense_rnn.train import checkpoint, metrics
 
-FAMILIES: tuple[ModuleType, ...] = (dc_bilstm, hm_densernn)
 # Fields that may change when a run is resumed; every other field must match.
 RESUMABLE_FIELDS = ("max_epochs", "early_stopping_patience", "checkpoint_every_steps",
                     "compute_dtype", "num_devices")
@@ -50,21 +52,13 @@ SELECTIONS = {
     "test": "best test accuracy seen during training (Ding et al.'s protocol; optimistic)",
 }
 EMBED_INIT_SCALE = 0.25  # uniform init of words without a pretrained vector (Kim 2014)
+Batch = dict[str, jax.Array]  # tokens, lengths, labels, weights (see tc.batches)
+TrainStep = Callable[..., tuple[Any, optax.OptState, jax.Array, jax.Array]]
+EvalStep = Callable[..., jax.Array]
 
 
-def all_configs() -> dict[str, tuple[ClassifierConfig, ModuleType]]:
-    """Every named classifier config with the family module that defines it."""
-    return {n: (c, fam) for fam in FAMILIES for n, c in fam.CONFIGS.items()}
-
-
-def get_config(name: str) -> tuple[ClassifierConfig, ModuleType]:
-    configs = all_configs()
-    if name not in configs:
-        raise UserError(f"unknown config {name!r}; known configs: {', '.join(configs)}")
-    return configs[name]
-
-
-def make_model(c: ClassifierConfig, vocab_size: int, num_classes: int):
+def make_model(c: ClassifierConfig, vocab_size: int, num_classes: int) -> nn.Module:
+    """The classifier ``c.model`` names, for this vocabulary and number of classes."""
     if c.model not in CLASSIFIERS:
         raise UserError(f"config {c.name} names unknown model {c.model!r}; known: "
                         f"{', '.join(CLASSIFIERS)}")
@@ -72,7 +66,8 @@ def make_model(c: ClassifierConfig, vocab_size: int, num_classes: int):
                                 embed_size=c.embed_size, **c.model_args)
 
 
-def init_params(model, key: jax.Array) -> Any:
+def init_params(model: nn.Module, key: jax.Array) -> Any:
+    """Freshly initialised parameters of a classifier built by ``make_model``."""
     tokens, lengths = jnp.zeros((1, 4), jnp.int32), jnp.ones((1,), jnp.int32)
     return model.init(key, tokens, lengths)["params"]
 
@@ -106,8 +101,8 @@ def softmax_l2(params: Any) -> jax.Array:
     return jnp.sum(jnp.square(params["softmax"]["kernel"]))
 
 
-def make_steps(model, tx: optax.GradientTransformation, c: ClassifierConfig,
-               mesh: Mesh | None = None):
+def make_steps(model: nn.Module, tx: optax.GradientTransformation, c: ClassifierConfig,
+               mesh: Mesh | None = None) -> tuple[TrainStep, EvalStep]:
     """Jitted ``train_step(params, opt_state, batch, step) -> (params, opt_state, loss_sum,
     correct)`` and ``eval_step(params, batch) -> correct``; sums are over real rows. The
     forward pass runs in ``c.compute_dtype``; with a ``mesh``, parameters and optimizer
@@ -115,15 +110,16 @@ def make_steps(model, tx: optax.GradientTransformation, c: ClassifierConfig,
     base_key = jax.random.key(c.seed)
     dtype = precision.compute_dtype(c.compute_dtype)
 
-    def apply(params, batch, **kw):
+    def apply(params: Any, batch: Batch, **kw: Any) -> jax.Array:
         logits = model.apply({"params": precision.cast_floating(params, dtype)},
                              batch["tokens"], batch["lengths"], **kw)
         return logits.astype(jnp.float32)
 
-    def train_step(params, opt_state, batch, step):
+    def train_step(params: Any, opt_state: optax.OptState, batch: Batch,
+                   step: jax.Array) -> tuple[Any, optax.OptState, jax.Array, jax.Array]:
         rng = jax.random.fold_in(base_key, step)
 
-        def loss_fn(p):
+        def loss_fn(p: Any) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
             logits = apply(p, batch, deterministic=False, rngs={"dropout": rng})
             ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"])
             ce_sum = jnp.sum(ce * batch["weights"])
@@ -136,14 +132,14 @@ def make_steps(model, tx: optax.GradientTransformation, c: ClassifierConfig,
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, ce_sum, correct
 
-    def eval_step(params, batch):
+    def eval_step(params: Any, batch: Batch) -> jax.Array:
         return _correct(apply(params, batch), batch)
 
     out = {} if mesh is None else {"out_shardings": parallel.replicated(mesh)}
     return jax.jit(train_step, donate_argnums=(0, 1), **out), jax.jit(eval_step, **out)
 
 
-def _correct(logits: jax.Array, batch) -> jax.Array:
+def _correct(logits: jax.Array, batch: Batch) -> jax.Array:
     return jnp.sum((jnp.argmax(logits, -1) == batch["labels"]) * batch["weights"])
 
 
@@ -176,8 +172,8 @@ def encode(splits: tc.Splits, vectors: dict[str, np.ndarray] | None, oov: str,
     return Encoded(ids, labels, vocab, table)
 
 
-def accuracy(eval_step, params, ids, labels, batch_size: int,
-             mesh: Mesh | None = None) -> float:
+def accuracy(eval_step: EvalStep, params: Any, ids: Sequence[np.ndarray], labels: np.ndarray,
+             batch_size: int, mesh: Mesh | None = None) -> float:
     """Accuracy over ``ids``; with a ``mesh``, each batch is split over it."""
     place = (lambda b: b) if mesh is None else (
         lambda b: parallel.put(b, parallel.batch_sharded(mesh)))

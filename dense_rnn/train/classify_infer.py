@@ -77,7 +77,7 @@ def predict(trained: TrainedClassifier, texts: Sequence[str],
     ids = trained.vocab.encode(tokens)
 
     @jax.jit
-    def probs(params, batch):
+    def probs(params: Any, batch: dict[str, jax.Array]) -> jax.Array:
         logits = trained.model.apply({"params": params}, batch["tokens"], batch["lengths"])
         return jax.nn.softmax(logits.astype(np.float32))
 

@@ -36,9 +36,13 @@ RESUMABLE_FIELDS = ("max_epochs", "max_steps", "early_stopping_patience", "log_e
                     "learning_rate", "max_grad_norm",
                     "checkpoint_every_steps", "eval_batch_size", "scan_unroll",
                     "compute_dtype", "num_devices")
+# Jitted steps; carries are the per-layer LSTM states of ``LanguageModel``.
+TrainStep = Callable[..., tuple[Any, optax.OptState, tuple, jax.Array]]
+EvalStep = Callable[..., tuple[tuple, jax.Array]]
 
 
 def make_model(c: LMConfig) -> LanguageModel:
+    """The language model ``c`` describes."""
     return LanguageModel(
         vocab_size=c.vocab_size, embed_size=c.embed_size, hidden_size=c.hidden_size,
         num_layers=c.num_layers, connectivity=c.connectivity, dropout_rate=c.dropout_rate,
@@ -47,11 +51,13 @@ def make_model(c: LMConfig) -> LanguageModel:
 
 
 def init_params(c: LMConfig, key: jax.Array) -> Any:
+    """Freshly initialised parameters of ``make_model(c)``."""
     tokens = jnp.zeros((c.batch_size, c.num_steps), jnp.int32)
     return make_model(c).init(key, tokens)["params"]
 
 
 def num_params(c: LMConfig) -> int:
+    """Every parameter of ``make_model(c)`` (counted without initialising it)."""
     shapes = jax.eval_shape(lambda: init_params(c, jax.random.key(0)))
     return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes))
 
@@ -59,7 +65,7 @@ def num_params(c: LMConfig) -> int:
 def learning_rate_schedule(c: LMConfig, steps_per_epoch: int) -> Callable[[Any], Any]:
     """``lr`` for the first ``decay_after_epochs`` epochs, then ``x lr_decay`` per epoch."""
 
-    def schedule(step):
+    def schedule(step: int | jax.Array) -> jax.Array:
         epoch = step // steps_per_epoch
         return c.learning_rate * c.lr_decay ** jnp.maximum(epoch - c.decay_after_epochs + 1, 0)
 
@@ -67,6 +73,7 @@ def learning_rate_schedule(c: LMConfig, steps_per_epoch: int) -> Callable[[Any],
 
 
 def make_optimizer(c: LMConfig, steps_per_epoch: int) -> optax.GradientTransformation:
+    """SGD on ``learning_rate_schedule`` after global-norm clipping at ``max_grad_norm``."""
     return optax.chain(
         optax.clip_by_global_norm(c.max_grad_norm),
         optax.sgd(learning_rate_schedule(c, steps_per_epoch)),
@@ -74,17 +81,18 @@ def make_optimizer(c: LMConfig, steps_per_epoch: int) -> optax.GradientTransform
 
 
 def make_train_step(model: LanguageModel, tx: optax.GradientTransformation, seed: int,
-                    compute_dtype: Any = jnp.float32, mesh: Mesh | None = None):
+                    compute_dtype: Any = jnp.float32, mesh: Mesh | None = None) -> TrainStep:
     """A jitted ``(params, opt_state, carries, x, y, step) -> (params, opt_state, carries,
     nll_sum)``; ``nll_sum`` is the summed NLL of the window (for perplexity). The forward
     pass runs in ``compute_dtype``; with a ``mesh``, parameters and optimizer state stay
     replicated and the carries batch-sharded."""
     base_key = jax.random.key(seed)
 
-    def train_step(params, opt_state, carries, x, y, step):
+    def train_step(params: Any, opt_state: optax.OptState, carries: tuple, x: jax.Array,
+                   y: jax.Array, step: jax.Array) -> tuple[Any, optax.OptState, tuple, jax.Array]:
         rng = jax.random.fold_in(base_key, step)
 
-        def loss_fn(p):
+        def loss_fn(p: Any) -> tuple[jax.Array, tuple[tuple, jax.Array]]:
             nll, new_carries = model.apply(
                 {"params": precision.cast_floating(p, compute_dtype)}, x,
                 precision.cast_floating(carries, compute_dtype), y, deterministic=False,
@@ -103,8 +111,12 @@ def make_train_step(model: LanguageModel, tx: optax.GradientTransformation, seed
                    out_shardings=(rep, rep, parallel.batch_sharded(mesh), rep))
 
 
-def make_eval_step(model: LanguageModel, compute_dtype: Any = jnp.float32):
-    def eval_step(params, carries, x, y):
+def make_eval_step(model: LanguageModel, compute_dtype: Any = jnp.float32) -> EvalStep:
+    """A jitted ``(params, carries, x, y) -> (carries, nll_sum)``, deterministic (no dropout);
+    the forward pass runs in ``compute_dtype``."""
+
+    def eval_step(params: Any, carries: tuple, x: jax.Array,
+                  y: jax.Array) -> tuple[tuple, jax.Array]:
         nll, carries = model.apply({"params": precision.cast_floating(params, compute_dtype)},
                                    x, precision.cast_floating(carries, compute_dtype), y,
                                    deterministic=True)
@@ -113,14 +125,14 @@ def make_eval_step(model: LanguageModel, compute_dtype: Any = jnp.float32):
     return jax.jit(eval_step)
 
 
-def evaluate(model: LanguageModel, eval_step, params, ids: np.ndarray, batch: int,
-             num_steps: int, mesh: Mesh | None = None) -> float:
+def evaluate(model: LanguageModel, eval_step: EvalStep, params: Any, ids: np.ndarray,
+             batch: int, num_steps: int, mesh: Mesh | None = None) -> float:
     """Perplexity of ``params`` on ``ids``, state carried across windows from zero; with a
     ``mesh``, windows are batch-sharded over it where the batch splits evenly."""
     streams = ptb.batchify(ids, batch)
     sharding = None if mesh is None else parallel.eval_sharding(batch, mesh)
 
-    def place(tree):
+    def place(tree: Any) -> Any:
         return tree if sharding is None else parallel.put(tree, sharding)
 
     carries = place(model.zero_carries(batch))
@@ -206,13 +218,13 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
 
     wall_before = progress.wall_seconds
 
-    def save():
+    def save() -> None:
         progress.wall_seconds = wall_before + time.time() - wall_start
         jax.block_until_ready(state)
         ckpt.save(progress.global_step, state,
                   {"progress": dataclasses.asdict(progress), "config": c.to_dict()})
 
-    def valid_and_record(nll_sum: float, tokens: int):
+    def valid_and_record(nll_sum: float, tokens: int) -> bool:
         ppl = evaluate(model, eval_step, state["params"], corpus.valid, c.eval_batch_size,
                        c.num_steps, mesh)
         train_ppl = math.exp(nll_sum / max(tokens, 1))

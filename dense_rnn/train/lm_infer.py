@@ -42,10 +42,12 @@ class TrainedLM:
 
     @property
     def word_to_id(self) -> dict[str, int]:
+        """Word -> id in the training vocabulary."""
         return {w: i for i, w in enumerate(self.vocab)}
 
     @property
     def eos(self) -> int:
+        """The id of ``<eos>``, the sentence separator."""
         return self.word_to_id[ptb.EOS]
 
 
@@ -96,7 +98,7 @@ def make_step(model: LanguageModel) -> Callable:
     """Jitted ``(params, carries, tokens (batch,)) -> (log_probs (batch, vocab), carries)``:
     one time step with the state carried."""
 
-    def step(params, carries, tokens):
+    def step(params: Any, carries: tuple, tokens: jax.Array) -> tuple[jax.Array, tuple]:
         logits, carries = model.apply({"params": params}, tokens[:, None], carries)
         return jax.nn.log_softmax(logits[:, 0].astype(jnp.float32)), carries
 
@@ -142,7 +144,7 @@ def make_sequence_log_probs(model: LanguageModel) -> Callable:
     """Jitted ``(params, inputs, targets, mask) -> (batch,)`` summed target log-probs of
     every row in one pass from a zero state."""
 
-    def fn(params, inputs, targets, mask):
+    def fn(params: Any, inputs: jax.Array, targets: jax.Array, mask: jax.Array) -> jax.Array:
         nll, _ = model.apply({"params": params}, inputs, None, targets)
         return -jnp.sum(nll * mask, -1)
 
@@ -178,6 +180,7 @@ class Scores:
 
     @property
     def perplexity(self) -> float:
+        """``exp`` of the mean negative log-probability per token."""
         return math.exp(-float(self.log_probs.sum()) / self.num_tokens)
 
 

@@ -36,6 +36,7 @@ def _cpu_model() -> str:
 
 
 def versions() -> dict[str, str]:
+    """Versions of Python and of the libraries that decide a run's numbers."""
     import flax
     import optax
 
@@ -87,6 +88,7 @@ class MetricsWriter:
         return [r for r in rows if r["step"] <= resume_step]
 
     def write(self, record: dict[str, Any]) -> None:
+        """Appends ``record`` (with its ``step``) to the file and to TensorBoard."""
         self.records.append(record)
         with open(self.path, "a") as f:
             f.write(json.dumps(record) + "\n")
@@ -96,6 +98,7 @@ class MetricsWriter:
         self._tb.flush()
 
     def close(self) -> None:
+        """Closes the TensorBoard writer."""
         self._tb.close()
 
 
