@@ -47,9 +47,9 @@ HM_MODELS = tuple(hm_densernn.TABLE2)
 SUITES: dict[str, tuple[int, Callable[[], list[Job]]]] = {
     "dc_table1": (1, lambda: _dc_jobs(["dc_bilstm", "bilstm"],
                                       ["mr", "sst1", "sst2", "subj", "trec"])),
-    "dc_table3": (3, lambda: _dc_jobs(_dc_table(3), ["sst1", "sst2"])),
-    "dc_table4": (4, lambda: _dc_jobs(_dc_table(4), ["sst1", "sst2"])),
-    "dc_table5": (5, lambda: _dc_jobs(_dc_table(5), ["sst1", "sst2"])),
+    "dc_table3": (3, lambda: _dc_jobs(dc_bilstm.table_configs(3), ["sst1", "sst2"])),
+    "dc_table4": (4, lambda: _dc_jobs(dc_bilstm.table_configs(4), ["sst1", "sst2"])),
+    "dc_table5": (5, lambda: _dc_jobs(dc_bilstm.table_configs(5), ["sst1", "sst2"])),
     "hm_table2": (2, lambda: _hm_jobs(_hm_units(HM_MODELS), "sst5")),
     # "- hierarchy" is DenseGRU: the Table 2 row densegru_64 is the same model.
     "hm_table3": (3, lambda: _hm_jobs(["hm_densegru_64", "densegru_64"] + [
@@ -99,13 +99,6 @@ def _dc_jobs(configs: list[str], datasets: list[str]) -> list[Job]:
             else:
                 jobs += [Job(f"{config}_{ds}_s{s}", (*base, f"--seed={s}")) for s in FLAGS.seeds]
     return jobs
-
-
-def _dc_table(table: int) -> list[str]:
-    """Config names of a Ding et al. table; rows equal to Table 1 models use those names."""
-    alias = {(0, 10, 300): "bilstm", (15, 13, 100): "dc_bilstm"}
-    return [alias.get((dl, dh, th), f"dc_bilstm_t{t}_dl{dl}_dh{dh}")
-            for t, dl, dh, th, *_ in dc_bilstm.TABLE_ROWS if t == table]
 
 
 def _hm_units(models: tuple[str, ...]) -> list[str]:

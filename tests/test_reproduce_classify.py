@@ -33,12 +33,12 @@ DING_TABLES = {
         "dc_bilstm_t4_dl5_dh10": (5, 10, 100, 49.4, 88.1),
         "dc_bilstm_t4_dl10_dh10": (10, 10, 100, 49.5, 88.4),
         "dc_bilstm_t4_dl15_dh10": (15, 10, 100, 50.6, 88.8),
-        "dc_bilstm_t4_dl20_dh10": (20, 10, 100, 50.2, 88.8)},
-    5: {"dc_bilstm_t5_dl10_dh0": (10, 0, 100, 48.5, 87.5),
+        "dc_bilstm_t3_dl20_dh10": (20, 10, 100, 50.2, 88.8)},
+    5: {"dc_bilstm_t4_dl0_dh10": (10, 0, 100, 48.5, 87.5),
         "dc_bilstm_t5_dl10_dh5": (10, 5, 100, 49.2, 88.3),
-        "dc_bilstm_t5_dl10_dh10": (10, 10, 100, 49.5, 88.4),
+        "dc_bilstm_t4_dl10_dh10": (10, 10, 100, 49.5, 88.4),
         "dc_bilstm_t5_dl10_dh15": (10, 15, 100, 50.2, 88.4),
-        "dc_bilstm_t5_dl10_dh20": (10, 20, 100, 51.0, 88.5)},
+        "dc_bilstm_t3_dl10_dh20": (10, 20, 100, 51.0, 88.5)},
 }
 # Zhao et al. 2019 Table 2: model -> accuracies at 64 / 128 units on IMDB, SST-5, AG.
 ZHAO_TABLE2 = {
@@ -87,6 +87,16 @@ def test_every_suite_config_exists_and_table_aliases(parsed):
     t3 = {rc._arg(j, "config") for j in rc.suite_jobs("dc_table3")}
     assert {"bilstm", "dc_bilstm", "dc_bilstm_t3_dl5_dh40"} <= t3
     assert "dc_bilstm_t3_dl15_dh13" not in t3  # the Table 1 model under its own name
+    # Rows that build an earlier row's model share its runs, and its paper number is the
+    # later table's own: Table 5's dl=10, dh=0 (no dense module) is Table 4's dl=0.
+    assert dc_bilstm.table_configs(4) == [
+        "dc_bilstm_t4_dl0_dh10", "dc_bilstm_t4_dl5_dh10", "dc_bilstm_t4_dl10_dh10",
+        "dc_bilstm_t4_dl15_dh10", "dc_bilstm_t3_dl20_dh10"]
+    assert dc_bilstm.table_configs(5) == [
+        "dc_bilstm_t4_dl0_dh10", "dc_bilstm_t5_dl10_dh5", "dc_bilstm_t4_dl10_dh10",
+        "dc_bilstm_t5_dl10_dh15", "dc_bilstm_t3_dl10_dh20"]
+    assert [dc_bilstm.paper_accuracy(n, "sst1", 5) for n in dc_bilstm.table_configs(5)] == [
+        48.5, 49.2, 49.5, 50.2, 51.0]
     t3 = {rc._arg(j, "config") for j in rc.suite_jobs("hm_table3")}
     assert "hm_densegru_64_no_hierarchy" not in t3 and "densegru_64" in t3
     assert (hm_densernn.CONFIGS["hm_densegru_64_no_hierarchy"].model_args
@@ -174,10 +184,11 @@ def test_every_suite_row_shows_its_own_tables_number(parsed):
     assert {c for s, c in seen if s == "hm_table3"} == set(ZHAO_TABLE3)
     assert {c for s, c in seen if s == "hm_table2"} == {
         f"{m}_{u}" for m in ZHAO_TABLE2 for u in hm_densernn.UNITS}
-    for t, rows in DING_TABLES.items():  # the configs are the rows they are named for
+    for t, rows in DING_TABLES.items():  # the configs build the models of their rows
         for config, (dl, dh, th, _, _) in rows.items():
             args = dc_bilstm.CONFIGS[config].model_args
-            assert (args["dl"], args["dh"], args["th"]) == (dl, dh, th), (t, config)
+            assert (dc_bilstm.dense_features(args["dl"], args["dh"], args["th"])
+                    == dc_bilstm.dense_features(dl, dh, th)), (t, config)
 
 
 def _html_rows(text: str) -> list[list[str]]:

@@ -35,6 +35,11 @@ def lstm_weight_count(embed_size: int, dl: int, dh: int, th: int) -> int:
     return total
 
 
+def _features(config: ClassifierConfig) -> tuple[int, ...]:
+    """``dense_features`` of a DC-Bi-LSTM config: the model it builds."""
+    return dense_features(*(config.model_args[k] for k in ("dl", "dh", "th")))
+
+
 def paper_param_count(config: ClassifierConfig, embed_size: int | None = None) -> int:
     """``lstm_weight_count`` of a DC-Bi-LSTM config (``embed_size`` overrides the config's)."""
     a = config.model_args
@@ -82,8 +87,9 @@ def paper_accuracy(name: str, dataset: str, table: int | None = None) -> float |
     """The paper's accuracy (%) of a named config on a dataset in ``table`` (1, 3, 4 or 5;
     default: Table 1 for its two models, else the config's own table), or None.
 
-    Rows of Tables 3-5 are matched on (dl, dh, th): ``bilstm`` is Table 3's first row, whose
-    own numbers (49.2 / 87.2) differ from the Tai et al. ones Table 1 quotes (49.1 / 87.5).
+    Rows of Tables 3-5 are matched on the model they build (``dense_features``): ``bilstm``
+    is Table 3's first row, whose own numbers (49.2 / 87.2) differ from the Tai et al. ones
+    Table 1 quotes (49.1 / 87.5).
     """
     if table is None:
         table = 1 if name in TABLE1 else next(
@@ -92,11 +98,26 @@ def paper_accuracy(name: str, dataset: str, table: int | None = None) -> float |
         return TABLE1.get(name, {}).get(dataset)
     if name not in CONFIGS or dataset not in ("sst1", "sst2"):
         return None
-    a = CONFIGS[name].model_args
     for t, dl, dh, th, _, s1, s2 in TABLE_ROWS:
-        if t == table and (dl, dh, th) == (a["dl"], a["dh"], a["th"]):
+        if t == table and dense_features(dl, dh, th) == _features(CONFIGS[name]):
             return s1 if dataset == "sst1" else s2
     return None
+
+
+def table_configs(table: int) -> list[str]:
+    """Config names of the rows of Ding et al.'s Table ``table`` (3, 4 or 5), in order.
+
+    A row that builds the same model as a Table 1 model or an earlier row (the same
+    ``dense_features``; e.g. Table 5's dl=10, dh=0 is Table 4's dl=0: no dense module) is
+    named after that one, so a reproduction trains each distinct model once.
+    """
+    first = {_features(CONFIGS[n]): n for n in TABLE1}
+    names = []
+    for t, dl, dh, th, *_ in TABLE_ROWS:
+        name = first.setdefault(dense_features(dl, dh, th), f"dc_bilstm_t{t}_dl{dl}_dh{dh}")
+        if t == table:
+            names.append(name)
+    return names
 
 
 CONFIGS: dict[str, ClassifierConfig] = {
