@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 
 from dense_rnn import precision
 
@@ -48,7 +49,9 @@ def lstm_gates(z: Array) -> Array:
     return jnp.where((col >= 2 * n) & (col < 3 * n), jnp.tanh(z), jax.nn.sigmoid(z))
 
 
-def lstm_step(params: Params, carry: tuple[Array, Array], xw: Array):
+def lstm_step(
+    params: Params, carry: tuple[Array, Array], xw: Array
+) -> tuple[tuple[Array, Array], Array]:
     """LSTM (Zaremba et al. 2014, eq. in Sec. 3.1; Godin et al. 2017 eq. 4).
 
     Gate order ``i, f, g, o``::
@@ -64,7 +67,7 @@ def lstm_step(params: Params, carry: tuple[Array, Array], xw: Array):
     return (c, h), h
 
 
-def gru_step(params: Params, carry: Array, xw: Array):
+def gru_step(params: Params, carry: Array, xw: Array) -> tuple[Array, Array]:
     """GRU (Cho et al. 2014), the form used by Zhao et al.'s DenseGRU. Gate order ``r, z, n``::
 
         r = sigmoid(W_r x + U_r h + b_r),  z = sigmoid(W_z x + U_z h + b_z)
@@ -81,7 +84,7 @@ def gru_step(params: Params, carry: Array, xw: Array):
     return h, h
 
 
-def rnn_step(params: Params, carry: Array, xw: Array):
+def rnn_step(params: Params, carry: Array, xw: Array) -> tuple[Array, Array]:
     """Vanilla (Elman) RNN: ``h_t = tanh(W x_t + U h_{t-1} + b)``."""
     h = jnp.tanh(xw + carry @ params["w_hh"])
     return h, h
@@ -96,7 +99,7 @@ class Cell(NamedTuple):
     zero_carry: Callable[[tuple[int, ...], int, Any], Carry]
 
 
-def _zeros(batch_shape, n, dtype):
+def _zeros(batch_shape: tuple[int, ...], n: int, dtype: DTypeLike) -> Array:
     return jnp.zeros((*batch_shape, n), dtype)
 
 
@@ -108,6 +111,7 @@ CELLS: dict[str, Cell] = {
 
 
 def get_cell(name: str) -> Cell:
+    """The cell named ``name`` in ``CELLS``; an unknown name raises ``ValueError``."""
     if name not in CELLS:
         raise ValueError(f"unknown cell {name!r}; known cells: {', '.join(CELLS)}")
     return CELLS[name]

@@ -38,12 +38,12 @@ Array = jax.Array
 DenseStep = Callable[[Array, cells.Carry, Array, Array], tuple[cells.Carry, Array]]
 
 
-def _rnn(w: Array, carry: Array, xw: Array, rec: Array):
+def _rnn(w: Array, carry: Array, xw: Array, rec: Array) -> tuple[Array, Array]:
     h = jnp.tanh(xw + rec @ w)
     return h, h
 
 
-def _gru(w: Array, carry: Array, xw: Array, rec: Array):
+def _gru(w: Array, carry: Array, xw: Array, rec: Array) -> tuple[Array, Array]:
     n_hidden = carry.shape[-1]
     r, z = jnp.split(jax.nn.sigmoid(xw[..., : 2 * n_hidden] + rec @ w[:, : 2 * n_hidden]), 2, -1)
     reset = jnp.tile(r, rec.shape[-1] // n_hidden)  # r_t applied to every state of x~_t
@@ -52,7 +52,9 @@ def _gru(w: Array, carry: Array, xw: Array, rec: Array):
     return h, h
 
 
-def _lstm(w: Array, carry: tuple[Array, Array], xw: Array, rec: Array):
+def _lstm(
+    w: Array, carry: tuple[Array, Array], xw: Array, rec: Array
+) -> tuple[tuple[Array, Array], Array]:
     return cells.lstm_step({"w_hh": w}, (carry[0], rec), xw)
 
 
@@ -95,7 +97,9 @@ def dense_scan(
     pos = jnp.arange(time) % k  # 0-based position in the block
     mask = jnp.ones((batch, time), bool) if lengths is None else length_mask(lengths, time)
 
-    def body(state, inputs):
+    def body(
+        state: tuple[cells.Carry, Array], inputs: tuple[Array, Array, Array]
+    ) -> tuple[tuple[cells.Carry, Array], Array]:
         carry, buf = state
         xw_t, p, m_t = inputs
         h_prev = cells.carry_output(carry)
@@ -132,6 +136,7 @@ class DenseRecurrent(nn.Module):
 
     @nn.compact
     def __call__(self, x: Array, lengths: Array | None = None) -> tuple[cells.Carry, Array]:
+        """``x``: (batch, time, in_features) -> ``(final_carry, (batch, time, features))``."""
         spec = cells.get_cell(self.cell)
         g = spec.gates * self.features
         init = pytorch_uniform(self.features)

@@ -23,6 +23,7 @@ COMPUTE_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
 def compute_dtype(name: str) -> Any:
+    """The dtype named ``name`` in ``COMPUTE_DTYPES``; an unknown name raises ``UserError``."""
     if name not in COMPUTE_DTYPES:
         raise UserError(f"--compute_dtype={name}: use one of {', '.join(COMPUTE_DTYPES)}")
     return COMPUTE_DTYPES[name]
@@ -95,12 +96,14 @@ def linear(x: jax.Array, w: jax.Array) -> jax.Array:
     return _linear_fwd(x, w)[0]
 
 
-def _linear_fwd(x, w):
+def _linear_fwd(x: jax.Array, w: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
     out = matmul(x.reshape(-1, x.shape[-1]), w).astype(x.dtype)
     return out.reshape(*x.shape[:-1], w.shape[1]), (x, w)
 
 
-def _linear_bwd(residuals, g):
+def _linear_bwd(
+    residuals: tuple[jax.Array, jax.Array], g: jax.Array
+) -> tuple[jax.Array, jax.Array]:
     x, w = residuals
     x2, g = x.reshape(-1, x.shape[-1]), g.reshape(-1, w.shape[1]).astype(x.dtype)
     dx = matmul_nt(g, w).astype(x.dtype).reshape(x.shape)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 
 from dense_rnn import cells, precision
 
@@ -27,7 +28,7 @@ Initializer = Callable[..., Array]
 def uniform_init(scale: float) -> Initializer:
     """Uniform in ``[-scale, scale]`` (Zaremba et al., Godin et al.)."""
 
-    def init(key, shape, dtype=jnp.float32):
+    def init(key: Array, shape: tuple[int, ...], dtype: DTypeLike = jnp.float32) -> Array:
         return jax.random.uniform(key, shape, dtype, -scale, scale)
 
     return init
@@ -95,10 +96,18 @@ def scan_cell(
     return carry, ys
 
 
-def _generic_scan(cell, params, xs, carry, mask, recurrent_mask, unroll):
+def _generic_scan(
+    cell: cells.Cell,
+    params: cells.Params,
+    xs: Array,
+    carry: cells.Carry,
+    mask: Array | None,
+    recurrent_mask: Array | None,
+    unroll: int,
+) -> tuple[cells.Carry, Array]:
     """``cell.step`` scanned over time-major ``xs``; differentiated by JAX."""
 
-    def body(carry, inputs):
+    def body(carry: cells.Carry, inputs: tuple[Array, Array | None]) -> tuple[cells.Carry, Array]:
         xw_t, m_t = inputs
         step_carry = carry
         if recurrent_mask is not None:
@@ -113,11 +122,21 @@ def _generic_scan(cell, params, xs, carry, mask, recurrent_mask, unroll):
     return jax.lax.scan(body, carry, (xs, mask), unroll=unroll)
 
 
-def _lstm_forward(w_hh, xs, carry, mask, rmask, unroll, save):
+def _lstm_forward(
+    w_hh: Array,
+    xs: Array,
+    carry: tuple[Array, Array],
+    mask: Array | None,
+    rmask: Array | None,
+    unroll: int,
+    save: bool,
+) -> tuple[tuple[Array, Array], Array, tuple[Array, Array, Array, Array] | None]:
     """The LSTM scan of ``cells.lstm_step`` (the same operations, in the same order); with
     ``save`` it also returns per step the residuals its backward pass needs."""
 
-    def body(carry, inputs):
+    def body(
+        carry: tuple[Array, Array], inputs: tuple[Array, Array | None]
+    ) -> tuple[tuple[Array, Array], tuple[Array, tuple[Array, Array, Array, Array] | None]]:
         c, h = carry
         xw_t, m_t = inputs
         h_in = h if rmask is None else h * rmask
@@ -156,17 +175,29 @@ def lstm_scan(w_hh: Array, xs: Array, carry: tuple[Array, Array], mask: Array | 
     return carry, ys
 
 
-def _lstm_scan_fwd(w_hh, xs, carry, mask, rmask, unroll):
+def _lstm_scan_fwd(
+    w_hh: Array,
+    xs: Array,
+    carry: tuple[Array, Array],
+    mask: Array | None,
+    rmask: Array | None,
+    unroll: int,
+) -> tuple[tuple[tuple[Array, Array], Array], tuple]:
     carry, ys, res = _lstm_forward(w_hh, xs, carry, mask, rmask, unroll, save=True)
     return (carry, ys), (w_hh, mask, rmask, res)
 
 
-def _lstm_scan_bwd(unroll, residuals, cotangents):
+def _lstm_scan_bwd(
+    unroll: int, residuals: tuple, cotangents: tuple[tuple[Array, Array], Array]
+) -> tuple[Array, Array, tuple[Array, Array], None, Array | None]:
     w_hh, mask, rmask, res = residuals
     (dc_last, dh_last), dys = cotangents
     w_t = jnp.swapaxes(w_hh, -1, -2)
 
-    def body(carry, inputs):
+    def body(
+        carry: tuple[Array, Array, Array | None],
+        inputs: tuple[Array, Array | None, tuple[Array, Array, Array, Array]],
+    ) -> tuple[tuple[Array, Array, Array | None], Array]:
         dc, dh, drmask = carry
         dy, m_t, (acts, c_prev, tc, h_prev) = inputs
         i, f, g, o = jnp.split(acts, 4, axis=-1)
@@ -225,6 +256,7 @@ class CellParams(nn.Module):
 
     @nn.compact
     def __call__(self, input_features: int) -> cells.Params:
+        """This direction's ``w_ih``, ``w_hh`` and ``b`` (``make_cell_params``)."""
         return make_cell_params(self, input_features)
 
 
@@ -248,9 +280,11 @@ class Recurrent(nn.Module):
     bias_init: Initializer = nn.initializers.zeros_init()
 
     def cell_params(self, input_features: int) -> cells.Params:
+        """This layer's ``w_ih``, ``w_hh`` and ``b`` (``make_cell_params``)."""
         return make_cell_params(self, input_features)
 
-    def zero_carry(self, batch: int, dtype=jnp.float32) -> cells.Carry:
+    def zero_carry(self, batch: int, dtype: DTypeLike = jnp.float32) -> cells.Carry:
+        """The cell's zero carry for ``batch`` sequences."""
         return cells.get_cell(self.cell).zero_carry((batch,), self.features, dtype)
 
     @nn.compact
@@ -288,7 +322,11 @@ class Bidirectional(nn.Module):
 
     @nn.compact
     def __call__(
-        self, x: Array, carry=None, lengths: Array | None = None, recurrent_mask=None
+        self,
+        x: Array,
+        carry: tuple[cells.Carry, cells.Carry] | None = None,
+        lengths: Array | None = None,
+        recurrent_mask: tuple[Array, Array] | None = None,
     ) -> tuple[tuple[cells.Carry, cells.Carry], Array]:
         """Both directions' input projections are one matrix product; for the LSTM both
         directions then run in one scan (``lstm_scan`` with a direction axis)."""

@@ -52,14 +52,18 @@ def softmax_cross_entropy(x: Array, kernel: Array, bias: Array, targets: Array) 
     return _fwd(x, kernel, bias, targets)[0]
 
 
-def _fwd(x, kernel, bias, targets):
+def _fwd(
+    x: Array, kernel: Array, bias: Array, targets: Array
+) -> tuple[Array, tuple[Array, Array, Array, Array, Array]]:
     x2 = x.reshape(-1, x.shape[-1])
     logits = _logits(x2, kernel, bias)
     nll, lse = _nll(logits, targets.reshape(-1))
     return nll.reshape(targets.shape), (x2, kernel, logits, lse, targets)
 
 
-def _bwd(residuals, g):
+def _bwd(
+    residuals: tuple[Array, Array, Array, Array, Array], g: Array
+) -> tuple[Array, Array, Array, None]:
     x2, kernel, logits, lse, targets = residuals
     onehot = jnp.arange(logits.shape[-1]) == targets.reshape(-1, 1)
     d = ((jnp.exp(logits - lse[:, None]) - onehot) * g.reshape(-1, 1)).astype(x2.dtype)
@@ -83,6 +87,7 @@ class SoftmaxOutput(nn.Module):
 
     @nn.compact
     def __call__(self, x: Array, targets: Array | None = None) -> Array:
+        """Logits (..., vocab) of ``x`` (..., d), or with ``targets`` the per-token NLL."""
         kernel = self.param("kernel", self.kernel_init, (x.shape[-1], self.vocab_size))
         bias = self.param("bias", self.bias_init, (self.vocab_size,))
         kernel, bias = kernel.astype(x.dtype), bias.astype(x.dtype)

@@ -59,10 +59,14 @@ class RecurrentStack(nn.Module):
     bias_init: recurrent.Initializer = nn.initializers.zeros_init()
 
     def dropout(self, x: Array, deterministic: bool) -> Array:
+        """Dropout on a layer's output ``x``; one mask per sequence if ``variational``."""
         broadcast = (1,) if self.variational else ()
         return nn.Dropout(self.dropout_rate, broadcast_dims=broadcast)(x, deterministic)
 
-    def recurrent_masks(self, batch: int, n: int, deterministic: bool):
+    def recurrent_masks(
+        self, batch: int, n: int, deterministic: bool
+    ) -> Array | tuple[Array, Array] | None:
+        """A layer's scaled recurrent dropout mask (batch, n), one per direction, or ``None``."""
         if not (self.variational and self.cell == "lstm") or deterministic or not self.dropout_rate:
             return None
         keep = 1.0 - self.dropout_rate
