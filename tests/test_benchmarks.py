@@ -3,6 +3,7 @@ peers compute the same function as the library models they are timed against (th
 ports, and the GPU-only cuDNN LM through JAX's reference of cuDNN's LSTM)."""
 
 import dataclasses
+import os
 
 import jax
 import jax.numpy as jnp
@@ -10,8 +11,9 @@ import numpy as np
 import pytest
 from jax.experimental import rnn
 
-from benchmarks import flops, peers, profile, run
+from benchmarks import ab, flops, peers, profile, run
 from dense_rnn.configs import ptb
+from dense_rnn.errors import UserError
 from dense_rnn.train import classify, lm
 
 
@@ -29,6 +31,19 @@ def test_profile_reports_kernels_of_a_tiny_workload():
     out = profile.main(["tiny_lm", "--steps", "2", "--min_ms", "0"])
     assert out.startswith("step ms: ") and len(out.splitlines()[0].split()) == 4
     assert "fastest step" in out and "while" in out  # the LSTM scans are kernels too
+
+
+IN_GIT_CHECKOUT = os.path.isdir(os.path.join(os.path.dirname(__file__), "..", ".git"))
+
+
+@pytest.mark.skipif(not IN_GIT_CHECKOUT, reason="benchmarks.ab exports a git revision")
+def test_ab_times_a_revision_against_the_working_tree(capsys):
+    (row,) = ab.main(["tiny_lm", "--base", "HEAD", "--repeats", "2", "--min_time", "0.01"])
+    assert row["base"]["step_ms"] > 0 and row["new"]["step_ms"] > 0
+    assert row["speedup"]["min"] <= row["speedup"]["median"] <= row["speedup"]["max"]
+    assert "base/new" in capsys.readouterr().out
+    with pytest.raises(UserError, match="--base=no-such-rev: git archive failed"):
+        ab.main(["tiny_lm", "--base", "no-such-rev"])
 
 
 def test_lm_flops_count_every_product():
