@@ -78,15 +78,15 @@ def gru_step(params: Params, carry: Array, xw: Array) -> tuple[Array, Array]:
     n_hidden = h.shape[-1]
     w_rz, w_n = params["w_hh"][:, : 2 * n_hidden], params["w_hh"][:, 2 * n_hidden :]
     x_rz, x_n = xw[..., : 2 * n_hidden], xw[..., 2 * n_hidden :]
-    r, z = jnp.split(jax.nn.sigmoid(x_rz + h @ w_rz), 2, axis=-1)
-    n = jnp.tanh(x_n + (r * h) @ w_n)
+    r, z = jnp.split(jax.nn.sigmoid(x_rz + recurrent_product(h, w_rz)), 2, axis=-1)
+    n = jnp.tanh(x_n + recurrent_product(r * h, w_n))
     h = (1.0 - z) * h + z * n
     return h, h
 
 
 def rnn_step(params: Params, carry: Array, xw: Array) -> tuple[Array, Array]:
     """Vanilla (Elman) RNN: ``h_t = tanh(W x_t + U h_{t-1} + b)``."""
-    h = jnp.tanh(xw + carry @ params["w_hh"])
+    h = jnp.tanh(xw + recurrent_product(carry, params["w_hh"]))
     return h, h
 
 

@@ -19,7 +19,10 @@ Cells (``DENSE_STEPS``), with ``r = W2^{(n)} x~_t`` split per gate:
 
 * ``rnn``:  ``h_t = tanh(W1 x_t + r + b)``
 * ``gru`` (eq. 8): ``z, r_gate = sigmoid(...)``, ``h~ = tanh(W x_t + U (r_gate . x~_t) + b)``
-  with the reset gate applied to every state of ``x~_t``, ``h_t = (1 - z) h_{t-1} + z h~``
+  with the reset gate applied to every state of ``x~_t``, ``h_t = (1 - z) h_{t-1} + z h~``.
+  Eq. 8 as printed reads ``U (r_t . h_{t-1})``, an ``H x H`` ``U``; Table 2's DenseGRU counts
+  (144k at 64 units = 3 x (300H + 7H^2 + 2H), all three gates reading ``x~_t``) need ``U``
+  as wide as ``U_z``, ``U_r``, so ``U`` reads ``x~_t`` too.
 * ``lstm``: the LSTM of ``cells.lstm_step`` with ``U h_{t-1}`` replaced by ``U x~_t``.
 """
 
@@ -49,7 +52,7 @@ DenseStep = Callable[
 def _rnn(
     ws: tuple[Array], carry: Array, xw: Array, rec: Array
 ) -> tuple[Array, Array, tuple[Array]]:
-    h = jnp.tanh(xw + rec @ ws[0])
+    h = jnp.tanh(xw + cells.recurrent_product(rec, ws[0]))
     return h, h, (rec,)
 
 
@@ -58,10 +61,11 @@ def _gru(
 ) -> tuple[Array, Array, tuple[Array, Array]]:
     w_rz, w_n = ws
     n_hidden = carry.shape[-1]
-    r, z = jnp.split(jax.nn.sigmoid(xw[..., : 2 * n_hidden] + rec @ w_rz), 2, -1)
+    r, z = jnp.split(jax.nn.sigmoid(xw[..., : 2 * n_hidden] + cells.recurrent_product(rec, w_rz)),
+                     2, -1)
     reset = jnp.tile(r, rec.shape[-1] // n_hidden)  # r_t applied to every state of x~_t
     gated = reset * rec
-    cand = jnp.tanh(xw[..., 2 * n_hidden :] + gated @ w_n)
+    cand = jnp.tanh(xw[..., 2 * n_hidden :] + cells.recurrent_product(gated, w_n))
     h = (1.0 - z) * carry + z * cand
     return h, h, (rec, gated)
 

@@ -32,9 +32,11 @@ def hornn_step(params: cells.Params, carry: tuple[Array, ...],
     past = carry[::-1]  # h_{t-1}, ..., h_{t-N}
     xs = jnp.split(xw, order + 1, axis=-1)
     gated = [
-        jax.nn.sigmoid(xs[n] + past[n] @ params["w_gate"][n]) * past[n] for n in range(order)
+        jax.nn.sigmoid(xs[n] + cells.recurrent_product(past[n], params["w_gate"][n])) * past[n]
+        for n in range(order)
     ]
-    h = jnp.tanh(xs[order] + jnp.concatenate(gated, axis=-1) @ params["w_hh"])
+    h = jnp.tanh(xs[order] + cells.recurrent_product(jnp.concatenate(gated, axis=-1),
+                                                       params["w_hh"]))
     return (*carry[1:], h), h
 
 

@@ -48,6 +48,9 @@ def initialize_distributed() -> None:
 def make_mesh(num_devices: int = 0) -> Mesh:
     """A mesh over the first ``num_devices`` devices (0: all visible devices)."""
     devices = jax.devices()
+    if num_devices and jax.process_count() > 1:
+        raise UserError(f"--num_devices={num_devices} with {jax.process_count()} processes: "
+                        "leave it 0 (every device of every host) in multi-host runs")
     if not 0 <= num_devices <= len(devices):
         raise UserError(f"--num_devices={num_devices}, but {len(devices)} devices are visible "
                         f"({devices[0].platform})")

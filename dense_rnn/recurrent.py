@@ -52,6 +52,11 @@ def reverse_padded(x: Array, lengths: Array | None) -> Array:
     return jnp.take_along_axis(x, idx, axis=1)
 
 
+def _fast_lstm(cell: cells.Cell) -> bool:
+    """Whether ``cell`` is the plain LSTM, which runs on ``lstm_scan`` (hand-written backward)."""
+    return cell.name == "lstm" and cell.step is cells.lstm_step
+
+
 def scan_cell(
     cell: cells.Cell,
     params: cells.Params,
@@ -86,7 +91,7 @@ def scan_cell(
         xw = reverse_padded(xw, lengths)
     xs = jnp.swapaxes(xw, 0, 1)
     mask = None if lengths is None else jnp.swapaxes(length_mask(lengths, xw.shape[1]), 0, 1)
-    if cell.name == "lstm" and cell.step is cells.lstm_step:
+    if _fast_lstm(cell):
         carry, ys = lstm_scan(params["w_hh"], xs, carry, mask, recurrent_mask, unroll)
     else:
         carry, ys = _generic_scan(cell, params, xs, carry, mask, recurrent_mask, unroll)
@@ -340,7 +345,7 @@ class Bidirectional(nn.Module):
         carry = (spec.zero_carry((x.shape[0],), self.features, x.dtype),) * 2 if (
             carry is None) else carry
         rmask = (None, None) if recurrent_mask is None else recurrent_mask
-        if spec.name != "lstm" or spec.step is not cells.lstm_step:
+        if not _fast_lstm(spec):
             cf, yf = scan_cell(spec, pf, xf, carry[0], lengths, False, self.unroll, rmask[0])
             cb, yb = scan_cell(spec, pb, xb, carry[1], lengths, True, self.unroll, rmask[1])
             return (cf, cb), jnp.concatenate([yf, yb], axis=-1)

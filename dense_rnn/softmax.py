@@ -92,5 +92,5 @@ class SoftmaxOutput(nn.Module):
         bias = self.param("bias", self.bias_init, (self.vocab_size,))
         kernel, bias = kernel.astype(x.dtype), bias.astype(x.dtype)
         if targets is None:
-            return x @ kernel + bias
+            return precision.matmul(x, kernel) + bias
         return softmax_cross_entropy(x, kernel, bias, targets)

@@ -4,8 +4,9 @@ r"""Trains and evaluates a sentence classifier (Ding et al. 2018 DC-Bi-LSTM and 
         --data_dir=../shared/data --workdir=workdirs/dc_sst2 \
         --embeddings=../shared/data/glove/glove.6B.50d.txt.gz
 
-Every scalar config field and every model argument of the known configs can be overridden
-by a flag of the same name (``--max_epochs=2``, ``--dl=5``). Starting on a workdir that
+Every scalar config field but ``name``, ``model`` and ``paper``, and every model argument
+of the known configs, can be overridden by a flag of the same name (``--max_epochs=2``,
+``--dl=5``; a tuple of integers as a list, ``--depths=2,4,8``). Starting on a workdir that
 holds a checkpoint resumes the run exactly. MR and Subj run 10-fold CV (``--folds`` picks
 some folds), each fold in ``WORKDIR/fold_K``. A trained run classifies new text::
 
@@ -20,6 +21,7 @@ import dataclasses
 import os
 import sys
 from types import ModuleType
+from typing import Any
 
 from absl import flags
 
@@ -62,14 +64,35 @@ FLAGS = flags.FLAGS
 
 
 def _define_model_arg_flags() -> list[str]:
-    """``--<arg>`` for every model argument of every known config (first type seen wins)."""
+    """``--<arg>`` for every model argument of every known config (first type seen wins); a
+    tuple of ints is a list flag (``--depths=2,4,8``)."""
     names: list[str] = []
     for config, _ in all_configs().values():
         for k, v in config.model_args.items():
-            if k not in names and k not in FLAGS and type(v) in DEFINE_BY_TYPE:
+            if k in names or k in FLAGS:
+                continue
+            if type(v) in DEFINE_BY_TYPE:
                 DEFINE_BY_TYPE[type(v)](k, None, "Override the model argument of that name.")
                 names.append(k)
+            elif type(v) is tuple and v and all(type(x) is int for x in v):
+                flags.DEFINE_list(k, None, "Override the model argument of that name "
+                                  "(comma-separated integers).")
+                names.append(k)
     return names
+
+
+def _model_arg(name: str) -> Any:
+    """The value of model-argument flag ``name``; a list flag's as a tuple of ints."""
+    value = FLAGS[name].value
+    if not isinstance(value, list):
+        return value
+    try:
+        ints = tuple(int(x) for x in value)
+    except ValueError:
+        ints = ()
+    if not ints:
+        raise UserError(f"--{name}={','.join(value)}: give integers like 2,4,8")
+    return ints
 
 
 MODEL_ARG_FLAGS = _define_model_arg_flags()
@@ -80,7 +103,7 @@ def resolve_config() -> tuple[ClassifierConfig, ModuleType]:
     given applied; its model is built once to reject arguments the model cannot take."""
     config, family = get_config(FLAGS.config)
     config = apply_overrides(config, OVERRIDES, FLAGS)
-    given = {n: FLAGS[n].value for n in MODEL_ARG_FLAGS if FLAGS[n].present}
+    given = {n: _model_arg(n) for n in MODEL_ARG_FLAGS if FLAGS[n].present}
     unknown = sorted(set(given) - set(config.model_args))
     if unknown:
         raise UserError(f"config {config.name} has no model argument "
@@ -107,7 +130,8 @@ def predict(workdir: str) -> None:
 
     if not FLAGS.text_file:
         raise UserError("--mode=predict needs --text_file=FILE, one text a line")
-    texts = [line for _, line in read_lines(FLAGS.text_file, "utf-8")]
+    texts = [line for _, line in read_lines(FLAGS.text_file, "utf-8", "text file",
+                                            "pass --text_file=FILE with one text a line")]
     trained = classify_infer.load(workdir)
     probs, words, unknown = classify_infer.predict(trained, texts)
     for text, p in zip(texts, probs, strict=True):

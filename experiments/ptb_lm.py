@@ -15,7 +15,6 @@ probabilities per sentence, then the perplexity)::
 from __future__ import annotations
 
 import os
-import sys
 
 from absl import flags
 
@@ -67,8 +66,7 @@ def infer(workdir: str) -> None:
 
     if FLAGS.mode == "score" and not FLAGS.text_file:
         raise UserError("--mode=score needs --text_file=FILE, one sentence a line")
-    trained = lm_infer.load(workdir, resolve_data_dir(FLAGS.data_dir),
-                            log=lambda s: print(s, file=sys.stderr))
+    trained = lm_infer.load(workdir)
     if FLAGS.mode == "sample":
         words = lm_infer.sample(trained, FLAGS.prompt, FLAGS.num_words, FLAGS.temperature,
                                 FLAGS.seed or 0)

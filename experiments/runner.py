@@ -47,8 +47,8 @@ def launch(module: str, args: Sequence[str], workdir: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", module, *args, f"--workdir={workdir}"]
     with open(os.path.join(workdir, "command.txt"), "w") as f:
         f.write(command_line(cmd) + "\n")
-    log = open(os.path.join(workdir, "train.log"), "a")  # noqa: SIM115 (owned by the child)
-    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    with open(os.path.join(workdir, "train.log"), "a") as log:  # the child keeps its copy
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
 
 
 def run_all(root: str, names: Sequence[str], start: Callable[[str], subprocess.Popen],

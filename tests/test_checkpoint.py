@@ -27,3 +27,16 @@ def test_best_step_saved_again_after_a_kill(tmp_path):
     ckpt.close()
     np.testing.assert_array_equal(params["w"], np.ones(3))
     assert meta == {"dev": 0.2}
+
+
+def test_restore_and_restore_best_refuse_another_structure_alike(tmp_path):
+    """Both restores give the same one-line error for a checkpoint of another structure."""
+    ckpt = checkpoint.Checkpointer(str(tmp_path), {})
+    ckpt.save(3, {"w": np.zeros(3, np.float32)}, {"epoch": 1})
+    ckpt.save_best(3, {"w": np.zeros(3, np.float32)}, {"dev": 0.5})
+    ckpt.close()
+    other = {"w": np.zeros(3, np.float32), "b": np.zeros(2, np.float32)}
+    with pytest.raises(UserError, match=r"checkpoint .*/checkpoints/3 does not fit this config"):
+        checkpoint.Checkpointer(str(tmp_path), {}).restore(other)
+    with pytest.raises(UserError, match=r"checkpoint .*/best/3 does not fit this config"):
+        checkpoint.load_best(str(tmp_path), {}, other, "after the first epoch")

@@ -107,6 +107,11 @@ def test_ptb_from_a_hub_layout(tmp_path):
     bad = _write(tmp_path / "bad", {"train": {"sentence": ["a"]}})
     with pytest.raises(UserError, match="needs train/validation/test splits"):
         ptb.load_ptb(None, bad)
+    empty = _write(tmp_path / "empty", {  # a blank test split
+        "train": {"sentence": [" the cat sat "]}, "validation": {"sentence": [" the cat "]},
+        "test": {"sentence": [" "]}})
+    with pytest.raises(UserError, match=f"split 'test' holds no text; check --hf_dataset={empty}$"):
+        ptb.load_ptb(None, empty)
 
 
 def _classify(*args):

@@ -89,8 +89,35 @@ def test_train_outputs_and_exact_resume(corpus_dir, tmp_path):
     assert np.isfinite(full["test_ppl"]) and full["test_ppl"] < 60
     for f in ["summary.json", "metrics.jsonl", "curves.png", "tensorboard"]:
         assert os.path.exists(tmp_path / "full" / f)
-    records = [json.loads(x) for x in open(tmp_path / "full" / "metrics.jsonl")]
+    records = read_records(tmp_path / "full")
     assert records[0]["epoch"] == 1 and [r["step"] for r in records][-1] == 130
+    # The split run stopped mid-epoch 1 at step 70: its epoch-1 train ppl still covers it all.
+    split = read_records(tmp_path / "split")
+    assert [r["step"] for r in split] == [70, *(r["step"] for r in records)]
+    assert split[1]["valid_ppl"] == records[0]["valid_ppl"]
+    assert split[1]["train_ppl"] == pytest.approx(records[0]["train_ppl"], rel=1e-5)
+
+
+def read_records(workdir):
+    return [json.loads(x) for x in open(os.path.join(workdir, "metrics.jsonl"))]
+
+
+def test_rerunning_a_finished_run_trains_no_more(corpus_dir, tmp_path):
+    workdir = str(tmp_path / "w")
+    first = lm.train_and_evaluate(tiny(max_steps=40), corpus_dir, workdir, log=lambda s: None)
+    step, before = latest_params(workdir)
+    records = read_records(workdir)
+    again = lm.train_and_evaluate(tiny(max_steps=40), corpus_dir, workdir, log=lambda s: None)
+    step_after, after = latest_params(workdir)
+    assert step_after == step == again["steps"] == first["steps"] == 40
+    assert_bitwise_equal(before, after)
+    assert read_records(workdir) == records and len(records) == 1
+    assert again["test_ppl"] == first["test_ppl"]
+
+
+def test_perplexity_overflows_to_inf():
+    assert lm.perplexity(1.0) == pytest.approx(np.e)
+    assert lm.perplexity(800.0) == np.inf
 
 
 def test_killed_run_resumes_exactly(corpus_dir, tmp_path):
@@ -130,6 +157,7 @@ def test_killed_run_resumes_exactly(corpus_dir, tmp_path):
     step_b, b = latest_params(tmp_path / "clean")
     assert step_a == step_b > 40
     assert_bitwise_equal(a, b)
+    assert read_records(tmp_path / "killed") == read_records(tmp_path / "clean")
 
 
 def one_line_error(result, match):

@@ -1,5 +1,6 @@
 """Sentence classification data (MR, Subj, SST-1/2, TREC), GloVe, batching and the binary."""
 
+import dataclasses
 import gzip
 import json
 import os
@@ -117,6 +118,11 @@ def test_bad_files(tmp_path):
         tc.get_dataset("mr").load(d)
     with pytest.raises(UserError, match="unknown dataset"):
         tc.get_dataset("imdbb")
+    # a user's own file (--text_file): the caller's words, not --data_dir's
+    with pytest.raises(UserError, match="^text file .*none.txt not found; pass --text_file"):
+        tc.read_lines(f"{d}/none.txt", "utf-8", "text file", "pass --text_file=FILE")
+    with pytest.raises(UserError, match="^text file .* has no non-blank lines; pass --text_"):
+        tc.read_lines(f"{d}/mr/rt-polarity.neg", "utf-8", "text file", "pass --text_file=FILE")
 
 
 @pytest.mark.parametrize("content,message", [
@@ -241,6 +247,9 @@ def test_dry_run():
     assert "model_args={'dl': 15, 'dh': 13, 'th': 100" in out
     out = _classify("--config=bilstm", "--dataset=sst2", "--th=100", "--dry_run").stdout
     assert "num_params_paper=320000\n" in out and "num_params=321202\n" in out
+    out = _classify("--config=hm_densegru_64", "--dataset=sst5", "--depths=2,4",
+                    "--dry_run").stdout
+    assert "'depths': (2, 4)}" in out  # a tuple argument, as a list flag
 
 
 def test_dry_run_counts_at_the_embedding_files_dimension(data_dir):
@@ -265,6 +274,7 @@ def test_dry_run_counts_at_the_embedding_files_dimension(data_dir):
     (["--seed=-1"], "seed=-1 must not be negative"),
     (["--learning_rate=0"], "learning_rate=0.0 must be positive"),
     (["stray"], "unexpected arguments 'stray'"),
+    (["--config=hm_densegru_64", "--depths=2,x"], "--depths=2,x: give integers like 2,4,8"),
 ])
 def test_bad_flags_one_line(tmp_path, args, message):
     _toy_data(tmp_path)
@@ -424,6 +434,51 @@ def test_predict_matches_the_runs_test_accuracy(tmp_path):
             ([f"--workdir={tmp_path}/w"], "--mode=predict needs --text_file"),
             ([f"--workdir={tmp_path}", f"--text_file={tmp_path}/q.txt"],
              "no training run in"),
-            ([f"--workdir={tmp_path}/w", f"--text_file={tmp_path}/none.txt"], "not found")):
+            ([f"--workdir={tmp_path}/w", f"--text_file={tmp_path}/none.txt"],
+             "none.txt not found; pass --text_file=FILE")):
         r = _classify("--mode=predict", *args, check=False)
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+
+
+def _tiny_run(data_dir, workdir, max_len: int = 0) -> None:
+    """One epoch of a tiny DC-Bi-LSTM on the TREC files in ``data_dir``, in this process."""
+    from dense_rnn.configs.families import get_config
+    from dense_rnn.train import classify
+
+    c, family = get_config("dc_bilstm")
+    c = dataclasses.replace(c, model_args={**c.model_args, "dl": 1, "dh": 4, "th": 4},
+                            embed_size=8, batch_size=8, max_epochs=1)
+    classify.run(c, family, "trec", str(data_dir), str(workdir), None, max_len=max_len,
+                 log=lambda s: None)
+
+
+def test_resume_on_another_vocabulary_refused(tmp_path):
+    """A workdir resumed on data with other words (same vocabulary size: the checkpoint
+    fits) is refused, and its vocab.json is kept; the original data resumes."""
+    _synthetic_trec(tmp_path / "a", n_train=40, n_test=8)
+    _tiny_run(tmp_path / "a", tmp_path / "w")
+    vocab = (tmp_path / "w" / tc.VOCAB_FILE).read_text()
+    for name in ("train_5500.label", "TREC_10.label"):
+        text = (tmp_path / "a" / "trec" / name).read_text(encoding="latin-1")
+        _write(f"{tmp_path}/b/trec/{name}", re.sub(r"\bw1\b", "x1", text).encode("latin-1"))
+    assert '"w1"' in vocab and '"x1"' not in vocab
+    with pytest.raises(UserError, match="holds a run trained on another vocabulary"):
+        _tiny_run(tmp_path / "b", tmp_path / "w")
+    assert (tmp_path / "w" / tc.VOCAB_FILE).read_text() == vocab
+    _tiny_run(tmp_path / "a", tmp_path / "w")
+
+
+def test_predict_keeps_the_runs_max_len(tmp_path):
+    """--mode=predict cuts texts to the run's --max_len, as training and evaluation did."""
+    from dense_rnn.train import classify_infer
+
+    _synthetic_trec(tmp_path, n_train=40, n_test=8)
+    _tiny_run(tmp_path, tmp_path / "w", max_len=3)
+    trained = classify_infer.load(str(tmp_path / "w"))
+    assert trained.max_len == 3
+    texts = ["w1 w2 w3 w4 w5 w6 w7", "w1 w2 w3"]
+    probs, words, _ = classify_infer.predict(trained, texts)
+    np.testing.assert_array_equal(probs[0], probs[1])
+    assert words == 6
+    full, _, _ = classify_infer.predict(dataclasses.replace(trained, max_len=0), texts)
+    assert not np.array_equal(full[0], full[1])  # the cut matters for these texts

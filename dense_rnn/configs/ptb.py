@@ -55,7 +55,11 @@ class LMConfig:
         """Rejects values no model or recipe can take (flag overrides land here)."""
         problems = [f"{k}={getattr(self, k)} must be positive" for k in (
             "hidden_size", "num_layers", "embed_size", "vocab_size", "batch_size", "num_steps",
-            "eval_batch_size", "max_epochs", "scan_unroll") if getattr(self, k) < 1]
+            "eval_batch_size", "max_epochs", "scan_unroll", "log_every_steps", "learning_rate",
+            "lr_decay", "init_scale", "max_grad_norm") if not getattr(self, k) > 0]  # nan fails too
+        problems += [f"{k}={getattr(self, k)} must not be negative" for k in (
+            "max_steps", "early_stopping_patience", "checkpoint_every_steps",
+            "decay_after_epochs", "seed", "num_devices") if getattr(self, k) < 0]
         if self.connectivity not in ("stacked", "dense"):
             problems.append(f"connectivity={self.connectivity!r} must be stacked or dense")
         if not 0.0 <= self.dropout_rate < 1.0:

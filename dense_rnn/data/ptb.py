@@ -16,6 +16,7 @@ import os
 import numpy as np
 
 from dense_rnn.errors import UserError
+from dense_rnn.files import atomic_write
 
 SPLITS = ("train", "valid", "test")
 EOS = "<eos>"
@@ -31,10 +32,6 @@ class Corpus:
     train: np.ndarray
     valid: np.ndarray
     test: np.ndarray
-
-    def split(self, name: str) -> np.ndarray:
-        """Token ids of split ``name`` (``train``, ``valid`` or ``test``)."""
-        return getattr(self, name)
 
 
 def _check_text_file(path: str) -> None:
@@ -91,10 +88,7 @@ def build_vocab(lines: list[str]) -> list[str]:
 
 def write_vocab(path: str, vocab: list[str]) -> None:
     """Writes ``vocab`` one word per line (id order), atomically."""
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.writelines(w + "\n" for w in vocab)
-    os.replace(tmp, path)
+    atomic_write(path, "".join(w + "\n" for w in vocab))
 
 
 def read_vocab(path: str) -> list[str]:
@@ -128,7 +122,8 @@ def load_ptb(data_dir: str | None, hf_dataset: str | None = None) -> Corpus:
     splits = {s: encode(lines[s], word_to_id) for s in SPLITS}
     for s, ids in splits.items():
         if len(ids) < 2:
-            raise UserError(f"PTB split {s!r} holds no text; check the files in {data_dir}")
+            source = f"--hf_dataset={hf_dataset}" if hf_dataset else f"the files in {data_dir}"
+            raise UserError(f"PTB split {s!r} holds no text; check {source}")
     return Corpus(vocab=vocab, **splits)
 
 

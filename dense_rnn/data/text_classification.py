@@ -27,6 +27,7 @@ import datasets
 import numpy as np
 
 from dense_rnn.errors import UserError
+from dense_rnn.files import atomic_write
 
 datasets.disable_progress_bars()
 
@@ -58,12 +59,15 @@ def clean_str_html(s: str) -> str:
     return clean_str(s.replace("<br />", " "))
 
 
-def read_lines(path: str, encoding: str) -> list[tuple[int, str]]:
+def read_lines(path: str, encoding: str, what: str = "data file",
+               hint: str = "") -> list[tuple[int, str]]:
     """``(line number, line)`` of every non-blank line of a text file, as a ``UserError``
-    on failure."""
+    on failure. Errors name the file ``what`` and say ``hint`` for a missing or empty one
+    (default: a dataset file, found under --data_dir)."""
     if not os.path.isfile(path):
-        raise UserError(f"data file {path} not found; pass --data_dir=DIR holding the "
-                        "dataset directories (mr/, sst/, subj/, trec/)")
+        raise UserError(f"{what} {path} not found; " + (
+            hint or "pass --data_dir=DIR holding the dataset directories (mr/, sst/, subj/, "
+            "trec/)"))
     try:
         with open(path, encoding=encoding) as f:
             text = f.read()
@@ -76,7 +80,8 @@ def read_lines(path: str, encoding: str) -> list[tuple[int, str]]:
     # split("\n"), not splitlines(): that also splits at \x85 etc.
     lines = [(n, ln) for n, ln in enumerate(text.split("\n"), 1) if ln.strip()]
     if not lines:
-        raise UserError(f"data file {path} has no non-blank lines; restore the original file")
+        raise UserError(f"{what} {path} has no non-blank lines; "
+                        + (hint or "restore the original file"))
     return lines
 
 
@@ -323,9 +328,8 @@ class Vocab:
 
     def save(self, path: str) -> None:
         """Writes the vocabulary as JSON, atomically."""
-        with open(path + ".tmp", "w") as f:
-            json.dump({"words": list(self.words), "drop_unknown": self.drop_unknown}, f)
-        os.replace(path + ".tmp", path)
+        atomic_write(path, json.dumps({"words": list(self.words),
+                                       "drop_unknown": self.drop_unknown}))
 
     @classmethod
     def load(cls, path: str) -> Vocab:
@@ -364,7 +368,7 @@ def build_vocab(splits: Splits, pretrained: set[str] | None, oov: str) -> Vocab:
     if pretrained is None:
         words = train_words
     else:
-        words = {w for ds in splits.values() for s in ds["tokens"] for w in s} & pretrained
+        words = all_words(splits) & pretrained
         if oov == "random":
             words |= train_words
     return Vocab(("<pad>", "<unk>", *sorted(words)), pretrained is not None and oov == "drop")

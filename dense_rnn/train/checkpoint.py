@@ -16,6 +16,7 @@ import jax
 import orbax.checkpoint as ocp
 
 from dense_rnn.errors import UserError
+from dense_rnn.files import atomic_write
 
 
 def _manager(path: str, max_to_keep: int) -> ocp.CheckpointManager:
@@ -79,11 +80,8 @@ class Checkpointer:
     def _write_identity(self) -> None:
         if self._identity_written:
             return
-        path = os.path.join(self.workdir, IDENTITY_FILE)
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(self.identity, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
+        atomic_write(os.path.join(self.workdir, IDENTITY_FILE),
+                     json.dumps(self.identity, indent=1, sort_keys=True))
         self._identity_written = True
 
     def latest_step(self) -> int | None:
@@ -104,23 +102,28 @@ class Checkpointer:
         self._save(self._latest, step, ocp.args.Composite(
             state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)))
 
-    def restore(self, like: Any) -> tuple[Any, dict[str, Any]] | None:
-        """The latest state (structured like ``like``) and its metadata, or None."""
-        step = self._latest.latest_step()
+    def _restore(self, manager: ocp.CheckpointManager, item: str,
+                 like: Any) -> tuple[Any, dict[str, Any]] | None:
+        """The latest ``item`` of ``manager`` (structured like ``like``) and its metadata, or
+        None; a checkpoint that does not fit ``like`` is a ``UserError``."""
+        step = manager.latest_step()
         if step is None:
             return None
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
+        args = {item: ocp.args.StandardRestore(abstract), "meta": ocp.args.JsonRestore()}
         try:
-            out = self._latest.restore(
-                step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract),
-                                              meta=ocp.args.JsonRestore()))
+            out = manager.restore(step, args=ocp.args.Composite(**args))
         except (ValueError, KeyError, FileNotFoundError) as e:
             self.close()
             raise UserError(
-                f"checkpoint {self.workdir}/checkpoints/{step} does not fit this config "
-                f"({type(e).__name__}); use a new --workdir"
+                f"checkpoint {self.workdir}/{manager.directory.name}/{step} does not fit this "
+                f"config ({type(e).__name__}); use a new --workdir"
             ) from None
-        return out.state, out.meta
+        return out[item], out.meta
+
+    def restore(self, like: Any) -> tuple[Any, dict[str, Any]] | None:
+        """The latest state (structured like ``like``) and its metadata, or None."""
+        return self._restore(self._latest, "state", like)
 
     def save_best(self, step: int, params: Any, meta: dict[str, Any]) -> None:
         """Saves ``params`` and their metadata as the best checkpoint (replacing the last)."""
@@ -129,14 +132,7 @@ class Checkpointer:
 
     def restore_best(self, like: Any) -> tuple[Any, dict[str, Any]] | None:
         """The best parameters (structured like ``like``) and their metadata, or None."""
-        step = self._best.latest_step()
-        if step is None:
-            return None
-        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
-        out = self._best.restore(
-            step, args=ocp.args.Composite(params=ocp.args.StandardRestore(abstract),
-                                          meta=ocp.args.JsonRestore()))
-        return out.params, out.meta
+        return self._restore(self._best, "params", like)
 
     def wait(self) -> None:
         """Blocks until every pending (asynchronous) save has finished."""

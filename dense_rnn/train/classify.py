@@ -35,7 +35,6 @@ from jax.sharding import Mesh
 
 from dense_rnn import parallel, precision
 from dense_rnn.configs.classifier import ClassifierConfig
-from dense_rnn.configs.families import FAMILIES as FAMILIES  # re-exported, as before
 from dense_rnn.configs.families import all_configs as all_configs
 from dense_rnn.configs.families import get_config as get_config
 from dense_rnn.data import text_classification as tc
@@ -207,7 +206,17 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
     record: dev/test accuracies, epochs, parameter counts, wall time."""
     wall_start = time.time()
     ckpt = checkpoint.Checkpointer(workdir, identity)
-    data.vocab.save(os.path.join(workdir, tc.VOCAB_FILE))
+    vocab_path = os.path.join(workdir, tc.VOCAB_FILE)  # for classify_infer
+    try:
+        if ckpt.latest_step() is not None and os.path.isfile(vocab_path) and (
+                tc.Vocab.load(vocab_path) != data.vocab):
+            raise UserError(f"{workdir} holds a run trained on another vocabulary (its "
+                            f"{tc.VOCAB_FILE} differs from this data's); use a new --workdir "
+                            "or the run's original data")
+    except UserError:
+        ckpt.close()
+        raise
+    data.vocab.save(vocab_path)
     model = make_model(c, len(data.vocab.words), num_classes)
     params = init_params(model, jax.random.key(c.seed))
     if data.embeddings is not None:

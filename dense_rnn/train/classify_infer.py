@@ -3,8 +3,8 @@
 A workdir written by ``experiments.classify`` (one fold's, ``W/fold_K``, for MR and Subj)
 holds all that is needed: ``run_identity.json`` (the config and dataset), ``vocab.json``
 (the run's vocabulary) and ``best/<step>/`` (the parameters with the best dev accuracy).
-Texts are tokenised as the dataset's training text was; words without an id are dropped
-(or mapped to the unknown word) as in training.
+Texts are tokenised (and cut to the run's ``--max_len``) as the dataset's training text
+was; words without an id are dropped (or mapped to the unknown word) as in training.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ class TrainedClassifier:
     model: Any
     params: Any
     vocab: tc.Vocab
+    max_len: int = 0  # the run's --max_len: tokens kept of every text (0: all)
 
 
 def _runs_below(workdir: str) -> list[str]:
@@ -63,15 +64,17 @@ def load(workdir: str) -> TrainedClassifier:
     model = classify.make_model(config, len(vocab.words), num_classes)
     params = checkpoint.load_best(workdir, identity, classify.init_params(
         model, jax.random.key(0)), "after the first epoch")
-    return TrainedClassifier(config, identity["dataset"], model, params, vocab)
+    return TrainedClassifier(config, identity["dataset"], model, params, vocab,
+                             identity.get("max_len", 0))
 
 
 def predict(trained: TrainedClassifier, texts: Sequence[str],
             batch_size: int = 64) -> tuple[np.ndarray, int, int]:
     """Class probabilities ``(len(texts), classes)``, the number of words of the texts
-    and how many of them are not in the vocabulary."""
+    and how many of them are not in the vocabulary; as in training, a run with ``max_len``
+    sees (and counts) only the first ``max_len`` words of each text."""
     clean = tc.get_dataset(trained.dataset).clean
-    tokens = [clean(t).split() for t in texts]
+    tokens = [clean(t).split()[:trained.max_len or None] for t in texts]
     index = trained.vocab.index
     unknown = sum(w not in index for s in tokens for w in s)
     ids = trained.vocab.encode(tokens)

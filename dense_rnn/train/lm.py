@@ -125,6 +125,14 @@ def make_eval_step(model: LanguageModel, compute_dtype: Any = jnp.float32) -> Ev
     return jax.jit(eval_step)
 
 
+def perplexity(mean_nll: float) -> float:
+    """``exp(mean_nll)``, ``inf`` where that overflows a float (a diverging loss)."""
+    try:
+        return math.exp(mean_nll)
+    except OverflowError:
+        return math.inf
+
+
 def evaluate(model: LanguageModel, eval_step: EvalStep, params: Any, ids: np.ndarray,
              batch: int, num_steps: int, mesh: Mesh | None = None) -> float:
     """Perplexity of ``params`` on ``ids``, state carried across windows from zero; with a
@@ -141,7 +149,7 @@ def evaluate(model: LanguageModel, eval_step: EvalStep, params: Any, ids: np.nda
         x, y = place(ptb.window(streams, i, num_steps))
         carries, nll = eval_step(params, carries, x, y)
         total = total + nll
-    return math.exp(float(total) / (batch * (streams.shape[1] - 1)))
+    return perplexity(float(total) / (batch * (streams.shape[1] - 1)))
 
 
 def _format_eta(seconds: float) -> str:
@@ -164,6 +172,8 @@ class Progress:
     train_tokens: int = 0
     wall_seconds: float = 0.0
     done: bool = False  # early-stopped
+    epoch_nll: float = 0.0  # the current epoch's summed training NLL so far
+    epoch_tokens: int = 0  # and its target tokens
 
 
 def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
@@ -224,10 +234,10 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
         ckpt.save(progress.global_step, state,
                   {"progress": dataclasses.asdict(progress), "config": c.to_dict()})
 
-    def valid_and_record(nll_sum: float, tokens: int) -> bool:
+    def valid_and_record() -> bool:
         ppl = evaluate(model, eval_step, state["params"], corpus.valid, c.eval_batch_size,
                        c.num_steps, mesh)
-        train_ppl = math.exp(nll_sum / max(tokens, 1))
+        train_ppl = perplexity(progress.epoch_nll / max(progress.epoch_tokens, 1))
         lr = float(learning_rate_schedule(c, steps_per_epoch)(max(progress.global_step - 1, 0)))
         epoch = progress.epoch + progress.step_in_epoch / steps_per_epoch
         writer.write({"step": progress.global_step, "epoch": round(epoch, 4),
@@ -241,11 +251,12 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
         return False
 
     tokens_per_step = c.batch_size * c.num_steps
-    stop, compiled = progress.done, False
+    compiled = False
+    stop = progress.done or (c.max_steps > 0 and progress.global_step >= c.max_steps)
     while not stop and progress.epoch < c.max_epochs:
         if progress.step_in_epoch == 0:
             state["carries"] = parallel.put(model.zero_carries(c.batch_size), batch_sharded)
-        epoch_nll, epoch_tokens = 0.0, 0
+            progress.epoch_nll, progress.epoch_tokens = 0.0, 0
         pending_nll, pending_steps, timed_steps, t0 = jnp.zeros(()), 0, 0, time.time()
         while progress.step_in_epoch < steps_per_epoch and not stop:
             x, y = parallel.put(ptb.window(train_streams, progress.step_in_epoch, c.num_steps),
@@ -273,8 +284,8 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
             dt = time.time() - t0
             progress.train_seconds += dt
             progress.train_tokens += timed_steps * tokens_per_step
-            epoch_nll += value
-            epoch_tokens += pending_steps * tokens_per_step
+            progress.epoch_nll += value
+            progress.epoch_tokens += pending_steps * tokens_per_step
             if at_log:
                 rate = timed_steps * tokens_per_step / max(dt, 1e-9)
                 left = (c.max_epochs - progress.epoch) * steps_per_epoch - progress.step_in_epoch
@@ -283,7 +294,7 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
                 eta = _format_eta(left * tokens_per_step / rate) if rate else "?"
                 log(f"epoch {progress.epoch + 1} step {progress.step_in_epoch}/"
                     f"{steps_per_epoch} loss {value / (pending_steps * c.batch_size):.3f} "
-                    f"ppl {math.exp(value / (pending_steps * tokens_per_step)):.2f} "
+                    f"ppl {perplexity(value / (pending_steps * tokens_per_step)):.2f} "
                     f"{rate:,.0f} tok/s ETA {eta}")
             if at_ckpt and not stop and progress.step_in_epoch < steps_per_epoch:
                 save()
@@ -291,13 +302,13 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
         if progress.step_in_epoch == steps_per_epoch:
             progress.epoch += 1
             progress.step_in_epoch = 0
-            improved = valid_and_record(epoch_nll, epoch_tokens)
+            improved = valid_and_record()
             progress.bad_epochs = 0 if improved else progress.bad_epochs + 1
             if c.early_stopping_patience and progress.bad_epochs >= c.early_stopping_patience:
                 log(f"early stopping: no better valid ppl for {progress.bad_epochs} epochs")
                 progress.done = stop = True
         else:  # stopped mid-epoch by max_steps
-            valid_and_record(epoch_nll, epoch_tokens)
+            valid_and_record()
         save()
 
     ckpt.wait()

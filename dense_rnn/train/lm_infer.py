@@ -12,7 +12,6 @@ are mapped to ``<unk>``. Log-probabilities are natural logarithms (nats).
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -39,23 +38,18 @@ class TrainedLM:
     model: LanguageModel
     params: Any
     vocab: list[str]
+    word_to_id: dict[str, int] = dataclasses.field(init=False, repr=False)  # from vocab
+    eos: int = dataclasses.field(init=False)  # the id of <eos>, the sentence separator
 
-    @property
-    def word_to_id(self) -> dict[str, int]:
-        """Word -> id in the training vocabulary."""
-        return {w: i for i, w in enumerate(self.vocab)}
-
-    @property
-    def eos(self) -> int:
-        """The id of ``<eos>``, the sentence separator."""
-        return self.word_to_id[ptb.EOS]
+    def __post_init__(self) -> None:
+        """Indexes the vocabulary once."""
+        word_to_id = {w: i for i, w in enumerate(self.vocab)}
+        object.__setattr__(self, "word_to_id", word_to_id)
+        object.__setattr__(self, "eos", word_to_id[ptb.EOS])
 
 
-def load(workdir: str, data_dir: str | None = None,
-         log: Callable[[str], None] = print) -> TrainedLM:
-    """The best-validation parameters of the run in ``workdir``. A workdir written before
-    runs saved ``vocab.txt`` needs ``data_dir``: the vocabulary is rebuilt from its
-    ``ptb.train.txt``, as training built it."""
+def load(workdir: str) -> TrainedLM:
+    """The best-validation parameters of the run in ``workdir``."""
     identity = checkpoint.read_identity(workdir)
     if identity is None:
         raise UserError(f"no training run in {workdir} (no {checkpoint.IDENTITY_FILE}); pass "
@@ -67,11 +61,10 @@ def load(workdir: str, data_dir: str | None = None,
     known = {f.name for f in fields}
     config = LMConfig(**{k: v for k, v in identity.items() if k in known})
     vocab_path = os.path.join(workdir, ptb.VOCAB_FILE)
-    if os.path.isfile(vocab_path) or data_dir is None:
-        vocab = ptb.read_vocab(vocab_path)
-    else:
-        log(f"no {vocab_path}: vocabulary rebuilt from {data_dir}/ptb.train.txt")
-        vocab = ptb.load_ptb(data_dir).vocab
+    if not os.path.isfile(vocab_path):
+        raise UserError(f"{workdir} has no {ptb.VOCAB_FILE} (not a run of this version); "
+                        "rerun its training with this version to write it")
+    vocab = ptb.read_vocab(vocab_path)
     if len(vocab) > config.vocab_size or ptb.EOS not in vocab:
         raise UserError(f"{workdir}/{ptb.VOCAB_FILE} does not fit the run's config "
                         f"({len(vocab)} words, vocab_size {config.vocab_size})")
@@ -180,8 +173,8 @@ class Scores:
 
     @property
     def perplexity(self) -> float:
-        """``exp`` of the mean negative log-probability per token."""
-        return math.exp(-float(self.log_probs.sum()) / self.num_tokens)
+        """``exp`` of the mean negative log-probability per token (``inf`` past a float)."""
+        return lm.perplexity(-float(self.log_probs.sum()) / self.num_tokens)
 
 
 def score_file(trained: TrainedLM, path: str) -> Scores:

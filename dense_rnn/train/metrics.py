@@ -15,6 +15,7 @@ import jax
 from tensorboardX import SummaryWriter
 
 from dense_rnn.errors import UserError
+from dense_rnn.files import atomic_write
 
 
 def device_description() -> str:
@@ -46,10 +47,7 @@ def versions() -> dict[str, str]:
 
 def write_json(path: str, obj: Any) -> None:
     """Writes ``obj`` atomically (temporary file, then rename)."""
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(obj, indent=1, sort_keys=True))
 
 
 def check_finite(loss: float, where: str, workdir: str, saved: bool,
@@ -70,21 +68,31 @@ def check_finite(loss: float, where: str, workdir: str, saved: bool,
 
 
 class MetricsWriter:
-    """Appends evaluation records to ``metrics.jsonl`` (resume-safe: records at or past
-    the resume step are dropped first) and mirrors scalars to TensorBoard."""
+    """Appends evaluation records to ``metrics.jsonl`` (resume-safe: records past the resume
+    step, and a last line cut short by a kill, are dropped first) and mirrors scalars to
+    TensorBoard."""
 
     def __init__(self, workdir: str, resume_step: int = 0):
         self.path = os.path.join(workdir, "metrics.jsonl")
         self.records = self._read(resume_step)
-        with open(self.path, "w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in self.records)
-        self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"), purge_step=resume_step)
+        atomic_write(self.path, "".join(json.dumps(r) + "\n" for r in self.records))
+        # TensorBoard hides events at steps >= purge_step: the kept records end at resume_step.
+        self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"),
+                                 purge_step=resume_step + 1)
 
     def _read(self, resume_step: int) -> list[dict[str, Any]]:
         if not os.path.exists(self.path):
             return []
         with open(self.path) as f:
-            rows = [json.loads(line) for line in f if line.strip()]
+            lines = [line for line in f if line.strip()]
+        rows = []
+        for n, line in enumerate(lines, 1):
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                if n < len(lines):  # only the last line can be torn by a kill
+                    raise UserError(f"{self.path} line {n} is not JSON; repair or delete "
+                                    "that line to resume") from None
         return [r for r in rows if r["step"] <= resume_step]
 
     def write(self, record: dict[str, Any]) -> None:
