@@ -10,10 +10,11 @@ and updates ``h_t = f(W1 x_t + W2^{(n)} x~_t + b)`` (eq. 3). ``W1`` is shared by
 the recurrent weight ``W2^{(n)}`` (``(max(n-1, 1) * H, g * H)``) is owned by the position
 ``n`` and shared across blocks. ``k = 1`` is the plain cell.
 
-The whole layer is ONE ``lax.scan`` with fixed shapes: the carry holds the cell state and
-a buffer of the block's states ``h_{mk+1..mk+k-1}``; at position ``n`` the buffer is masked
-to its first ``n - 1`` slots (or replaced by ``h_{t-1}`` at ``n = 1``) and multiplied by
-``W2^{(n)}`` zero-padded to the full buffer width. ``W1 x_t + b`` is hoisted out of the scan.
+The whole layer is ONE ``lax.scan`` over blocks: its body unrolls the ``k`` steps of a
+block, so position ``n`` concatenates the block's states so far and multiplies them by
+``W2^{(n)}`` at its own width (no buffer, masking or zero-padded weight inside the loop);
+time is padded to whole blocks and the padding masked. ``W1 x_t + b`` is hoisted out of
+the scan.
 
 Cells (``DENSE_STEPS``), with ``r = W2^{(n)} x~_t`` split per gate:
 
@@ -35,7 +36,6 @@ from collections.abc import Callable
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-from jax.ad_checkpoint import checkpoint_name
 
 from dense_rnn import cells
 from dense_rnn.recurrent import Initializer, length_mask, uniform_init
@@ -114,44 +114,43 @@ def dense_scan(
 
 
 def _scan(
-    cell: str, w_all: Array, xw: Array, carry: cells.Carry, lengths: Array | None
-) -> tuple[tuple[cells.Carry, Array], tuple[Array, ...]]:
-    """The layer's ``lax.scan`` with the stacked, zero-padded weights ``w_all`` (k, width, gH):
-    ``((final_carry, outputs), operands)``, operands time-major (time, batch, width)."""
+    cell: str, w_hh: tuple[Array, ...], xw: Array, carry: cells.Carry, lengths: Array | None
+) -> tuple[tuple[cells.Carry, Array], tuple[tuple[Array, ...], ...]]:
+    """The layer as ONE ``lax.scan`` over blocks of ``k`` steps (time padded to whole blocks,
+    the padding masked); the ``k`` steps of a block are unrolled in the body, so position
+    ``n`` multiplies exactly ``x~_t`` by ``W2^{(n)}``: no buffer, masking or padded weight.
+    Returns ``((final_carry, outputs), operands)``; ``operands[n - 1]`` holds the left
+    operands of position ``n``'s products, each ``(blocks, batch, rec_rows(n) * H)``."""
     step = DENSE_STEPS[cell]
-    k, width = w_all.shape[:2]
-    h0 = cells.carry_output(carry)
-    n_hidden = h0.shape[-1]
-    slots = width // n_hidden
+    k = len(w_hh)
+    n_hidden = cells.carry_output(carry).shape[-1]
     batch, time = xw.shape[:2]
-    buf0 = jnp.zeros((batch, slots, n_hidden), h0.dtype)
-    pos = jnp.arange(time) % k  # 0-based position in the block
+    blocks = -(-time // k)
+    pad = blocks * k - time
     mask = jnp.ones((batch, time), bool) if lengths is None else length_mask(lengths, time)
-    w_parts = jnp.split(w_all, _cuts(cell, n_hidden), axis=-1)
+    xs = (jnp.pad(xw, ((0, 0), (0, pad), (0, 0))).reshape(batch, blocks, k, -1).transpose(
+              1, 2, 0, 3),
+          jnp.pad(mask, ((0, 0), (0, pad))).reshape(batch, blocks, k).transpose(1, 2, 0))
+    ws = [tuple(jnp.split(w, _cuts(cell, n_hidden), axis=-1)) for w in w_hh]
 
     def body(
-        state: tuple[cells.Carry, Array], inputs: tuple[Array, Array, Array]
-    ) -> tuple[tuple[cells.Carry, Array], tuple[Array, tuple[Array, ...]]]:
-        carry, buf = state
-        xw_t, p, m_t = inputs
-        h_prev = cells.carry_output(carry)
-        first = jnp.zeros_like(buf).at[:, 0].set(h_prev)
-        in_block = (jnp.arange(slots) < p)[None, :, None]
-        rec = jnp.where(p == 0, first, jnp.where(in_block, buf, 0.0)).reshape(batch, width)
-        # re-sliced by the backward pass rather than saved for every step
-        ws = tuple(checkpoint_name(w[p], "dense_w") for w in w_parts)
-        new_carry, h, operands = step(ws, carry, xw_t, rec)
-        new_buf = jnp.where((jnp.arange(slots) == p)[None, :, None], h[:, None], buf)
-        keep = m_t[:, None]
-        new_carry = jax.tree.map(lambda a, b: jnp.where(keep, a, b), new_carry, carry)
-        new_buf = jnp.where(keep[:, :, None], new_buf, buf)
-        return (new_carry, new_buf), (jnp.where(keep, h, 0.0), operands)
+        carry: cells.Carry, inputs: tuple[Array, Array]
+    ) -> tuple[cells.Carry, tuple[Array, tuple[tuple[Array, ...], ...]]]:
+        xw_b, m_b = inputs  # (k, batch, gH), (k, batch)
+        hs, ys, operands = [], [], []
+        for n in range(k):  # eq. 2: the previous state, then the block's states so far
+            rec = cells.carry_output(carry) if n == 0 else jnp.concatenate(hs, axis=-1)
+            new_carry, h, ops = step(ws[n], carry, xw_b[n], rec)
+            keep = m_b[n][:, None]  # a prefix mask: later steps of an ended row are masked too
+            carry = jax.tree.map(lambda a, b, keep=keep: jnp.where(keep, a, b), new_carry, carry)
+            hs.append(h)
+            ys.append(jnp.where(keep, h, 0.0))
+            operands.append(ops)
+        return carry, (jnp.stack(ys), tuple(operands))
 
-    xs = (jnp.swapaxes(xw, 0, 1), pos, jnp.swapaxes(mask, 0, 1))
-    body = jax.checkpoint(body, policy=jax.checkpoint_policies.save_anything_except_these_names(
-        "dense_w"))
-    (carry, _), (ys, operands) = jax.lax.scan(body, (carry, buf0), xs)
-    return (carry, jnp.swapaxes(ys, 0, 1)), operands
+    carry, (ys, operands) = jax.lax.scan(body, carry, xs)
+    ys = ys.transpose(2, 0, 1, 3).reshape(batch, blocks * k, n_hidden)[:, :time]
+    return (carry, ys), operands
 
 
 def _cuts(cell: str, n_hidden: int) -> list[int]:
@@ -159,25 +158,19 @@ def _cuts(cell: str, n_hidden: int) -> list[int]:
     return list(itertools.accumulate(b * n_hidden for b in OPERAND_BLOCKS[cell][:-1]))
 
 
-def _stack(w_hh: tuple[Array, ...]) -> Array:
-    """``(k, width, gH)``: every ``W2^{(n)}`` zero-padded to the widest, ``rec_rows(k) * H``."""
-    width = max(w.shape[0] for w in w_hh)
-    return jnp.stack([jnp.pad(w, ((0, width - w.shape[0]), (0, 0))) for w in w_hh])
-
-
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _dense_scan(
     cell: str, w_hh: tuple[Array, ...], xw: Array, carry: cells.Carry, lengths: Array | None
 ) -> tuple[cells.Carry, Array]:
-    return _scan(cell, _stack(w_hh), xw, carry, lengths)[0]
+    return _scan(cell, w_hh, xw, carry, lengths)[0]
 
 
 def _dense_scan_fwd(
     cell: str, w_hh: tuple[Array, ...], xw: Array, carry: cells.Carry, lengths: Array | None
 ) -> tuple[tuple[cells.Carry, Array], tuple]:
-    w_all = _stack(w_hh)  # a constant of the vjp: its gradient is not accumulated per step
+    # the weights are constants of the vjp: their gradient is not accumulated per step
     out, vjp, operands = jax.vjp(
-        lambda xw, carry: _scan(cell, w_all, xw, carry, lengths), xw, carry, has_aux=True)
+        lambda xw, carry: _scan(cell, w_hh, xw, carry, lengths), xw, carry, has_aux=True)
     return out, (vjp, operands, w_hh)
 
 
@@ -187,19 +180,17 @@ def _dense_scan_bwd(
     vjp, operands, w_hh = res
     k = len(w_hh)
     dxw, dcarry = vjp(cotangents)
-    time, batch, width = operands[0].shape
-    blocks = time // k + (time % k > 0)  # steps m * k + p, padded to whole blocks
-    dz = jnp.pad(jnp.swapaxes(dxw, 0, 1), ((0, blocks * k - time), (0, 0), (0, 0)))
-    n_hidden = dxw.shape[-1] // sum(OPERAND_BLOCKS[cell])
-    dw = jnp.concatenate([
-        jnp.einsum("mpbw,mpbg->pwg",
-                   jnp.pad(a, ((0, blocks * k - time), (0, 0), (0, 0))).reshape(
-                       blocks, k, batch, width),
-                   d.reshape(blocks, k, batch, -1),
-                   preferred_element_type=jnp.promote_types(a.dtype, jnp.float32))
-        for a, d in zip(operands, jnp.split(dz, _cuts(cell, n_hidden), axis=-1), strict=True)],
-        axis=-1)
-    dw_hh = tuple(dw[n - 1, : w.shape[0]].astype(w.dtype) for n, w in enumerate(w_hh, 1))
+    batch, time, g = dxw.shape
+    blocks = operands[0][0].shape[0]
+    dz = jnp.pad(dxw, ((0, 0), (0, blocks * k - time), (0, 0))).reshape(batch, blocks, k, g)
+    cuts = _cuts(cell, g // sum(OPERAND_BLOCKS[cell]))
+    dw_hh = tuple(
+        jnp.concatenate([
+            jnp.einsum("mbw,bmg->wg", a, d,
+                       preferred_element_type=jnp.promote_types(a.dtype, jnp.float32))
+            for a, d in zip(operands[n], jnp.split(dz[:, :, n], cuts, axis=-1), strict=True)],
+            axis=-1).astype(w.dtype)
+        for n, w in enumerate(w_hh))
     return dw_hh, dxw, dcarry, None
 
 

@@ -77,7 +77,7 @@ def test_gradients_reach_every_position_weight():
 
 def _autodiff_scan(cell, w_hh, xw, carry, lengths):
     """``dense_scan`` as JAX differentiates it: the weight gradient accumulated per step."""
-    return dense_block._scan(cell, dense_block._stack(tuple(w_hh)), xw, carry, lengths)[0]
+    return dense_block._scan(cell, tuple(w_hh), xw, carry, lengths)[0]
 
 
 @pytest.mark.parametrize("dtype,tol", [(jnp.float64, 1e-12), (jnp.float32, 2e-5)])
