@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -83,6 +84,20 @@ class Checkpointer:
         atomic_write(os.path.join(self.workdir, IDENTITY_FILE),
                      json.dumps(self.identity, indent=1, sort_keys=True))
         self._identity_written = True
+
+    def check_unchanged(self, path: str, load: Callable[[str], Any], current: Any,
+                        problem: str) -> None:
+        """Refuses to resume on other data: when the workdir holds a checkpoint and the file
+        at ``path`` (as ``load`` reads it) differs from ``current``, closes and raises
+        ``UserError(problem)``; a ``UserError`` of ``load`` also closes."""
+        if self.latest_step() is None or not os.path.isfile(path):
+            return
+        try:
+            if load(path) != current:
+                raise UserError(problem)
+        except UserError:
+            self.close()
+            raise
 
     def latest_step(self) -> int | None:
         """The step of the latest checkpoint, or None before the first."""

@@ -207,15 +207,10 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
     wall_start = time.time()
     ckpt = checkpoint.Checkpointer(workdir, identity)
     vocab_path = os.path.join(workdir, tc.VOCAB_FILE)  # for classify_infer
-    try:
-        if ckpt.latest_step() is not None and os.path.isfile(vocab_path) and (
-                tc.Vocab.load(vocab_path) != data.vocab):
-            raise UserError(f"{workdir} holds a run trained on another vocabulary (its "
-                            f"{tc.VOCAB_FILE} differs from this data's); use a new --workdir "
-                            "or the run's original data")
-    except UserError:
-        ckpt.close()
-        raise
+    ckpt.check_unchanged(vocab_path, tc.Vocab.load, data.vocab,
+                         f"{workdir} holds a run trained on another vocabulary (its "
+                         f"{tc.VOCAB_FILE} differs from this data's); use a new --workdir "
+                         "or the run's original data")
     data.vocab.save(vocab_path)
     model = make_model(c, len(data.vocab.words), num_classes)
     params = init_params(model, jax.random.key(c.seed))

@@ -189,12 +189,10 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
                         f"vocab_size is {c.vocab_size}; pass --vocab_size={len(corpus.vocab)}")
     ckpt = checkpoint.Checkpointer(workdir, identity)
     vocab_path = os.path.join(workdir, ptb.VOCAB_FILE)  # for lm_infer
-    if ckpt.latest_step() is not None and os.path.isfile(vocab_path) and (
-            ptb.read_vocab(vocab_path) != corpus.vocab):
-        ckpt.close()
-        raise UserError(f"{workdir} was trained on another corpus (its {ptb.VOCAB_FILE} "
-                        "differs from this --data_dir's vocabulary); pass the run's --data_dir "
-                        "or use a new --workdir")
+    ckpt.check_unchanged(vocab_path, ptb.read_vocab, corpus.vocab,
+                         f"{workdir} was trained on another corpus (its {ptb.VOCAB_FILE} "
+                         "differs from this --data_dir's vocabulary); pass the run's "
+                         "--data_dir or use a new --workdir")
     ptb.write_vocab(vocab_path, corpus.vocab)
     model = make_model(c)
     mesh = parallel.make_mesh(c.num_devices)
