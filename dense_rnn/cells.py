@@ -36,8 +36,7 @@ def project(params: Params, x: Array) -> Array:
 
 
 def recurrent_product(h: Array, w_hh: Array) -> Array:
-    """``h @ w_hh`` (or, in the backward scan, ``dz @ w_hh^T``), accumulated in at least
-    float32 and returned in ``h``'s dtype."""
+    """``h @ w_hh``, accumulated in at least float32 and returned in ``h``'s dtype."""
     return precision.matmul(h, w_hh).astype(h.dtype)
 
 

@@ -52,9 +52,12 @@ def _narrow(a: jax.Array) -> bool:
 
 
 def matmul_nt(a: jax.Array, b: jax.Array) -> jax.Array:
-    """``a @ b.T`` for 2-D ``a`` (m, k) and ``b`` (n, k), as ``matmul``: one product
-    contracting both last axes, with no transpose for XLA to fold."""
-    return lax.dot_general(a, b, (((1,), (1,)), ((), ())), preferred_element_type=_accumulator(a))
+    """``a @ b^T`` for ``a`` (..., m, k) and ``b`` (..., n, k) with the same leading (batch)
+    axes, as ``matmul``: one product contracting both last axes, with no transpose for XLA
+    to materialise."""
+    batch = tuple(range(a.ndim - 2))
+    return lax.dot_general(a, b, (((a.ndim - 1,), (b.ndim - 1,)), (batch, batch)),
+                           preferred_element_type=_accumulator(a))
 
 
 def matmul_tn(a: jax.Array, b: jax.Array) -> jax.Array:

@@ -197,7 +197,6 @@ def _lstm_scan_bwd(
 ) -> tuple[Array, Array, tuple[Array, Array], None, Array | None]:
     w_hh, mask, rmask, res = residuals
     (dc_last, dh_last), dys = cotangents
-    w_t = jnp.swapaxes(w_hh, -1, -2)
 
     def body(
         carry: tuple[Array, Array, Array | None],
@@ -217,7 +216,7 @@ def _lstm_scan_bwd(
         dz = jnp.concatenate([
             dc_new * g * i * (1.0 - i), dc_new * c_prev * f * (1.0 - f),
             dc_new * i * (1.0 - g * g), dh_out * tc * o * (1.0 - o)], axis=-1)
-        dh_in = cells.recurrent_product(dz, w_t)
+        dh_in = precision.matmul_nt(dz, w_hh).astype(dz.dtype)
         if rmask is not None:
             drmask = drmask + h_prev * dh_in
             dh_in = dh_in * rmask
