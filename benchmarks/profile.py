@@ -1,11 +1,13 @@
 """``python -m benchmarks.profile WORKLOAD [--impl ours] [--steps 10]``: where one step's time
-goes, per XLA kernel.
+goes, per XLA kernel (or, for a PyTorch implementation, per operator).
 
 Runs a workload's JAX implementation under ``jax.profiler.trace`` and prints, from the
 Perfetto trace: every step's wall time, the kernels with the most time per step (with how
 often they run per step: 35 means once per time step of a scan), and the timeline of the
 fastest step (kernels above ``--min_ms``, with their start offsets and threads). Kernels on
-different threads overlap, so their times do not add up to the step's.
+different threads overlap, so their times do not add up to the step's. A PyTorch
+implementation (``--impl "torch nn.LSTM"``) runs under ``torch.profiler`` instead: its step
+times and the operators with the most self time per step.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import glob
 import gzip
 import json
 import tempfile
+import time
+from collections.abc import Callable
 
 import jax
 
@@ -66,24 +70,45 @@ def report(events: list[dict], top: int, min_ms: float) -> str:
     return "\n".join(lines)
 
 
+def torch_report(step: Callable[[], None], steps: int, top: int) -> str:
+    """Step times and the operators with the most self CPU time per step, of ``steps``
+    calls of a PyTorch ``step`` under ``torch.profiler``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    times = []
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            t = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - t)
+    ops = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    lines = ["step ms: " + " ".join(f"{t * 1e3:.1f}" for t in times), "",
+             f"top {top} operators: ms/step  calls/step  name"]
+    lines += [f"{e.self_cpu_time_total / 1e3 / steps:9.2f}  {e.count / steps:9.0f}  {e.key}"
+              for e in ops[:top]]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> str:
     from benchmarks.workloads import OURS, WORKLOADS
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("workload", choices=sorted(WORKLOADS))
-    p.add_argument("--impl", default=OURS, help="a JAX implementation of the workload")
+    p.add_argument("--impl", default=OURS, help="an implementation of the workload")
     p.add_argument("--steps", type=int, default=10, help="traced steps (after 3 untraced)")
     p.add_argument("--top", type=int, default=25, help="kernels listed by time per step")
     p.add_argument("--min_ms", type=float, default=0.2, help="timeline threshold")
     a = p.parse_args(argv)
     impls = WORKLOADS[a.workload]().impls
-    if a.impl not in impls or "torch" in a.impl:
-        jax_impls = [k for k in impls if "torch" not in k]
-        p.error(f"--impl must be one of {', '.join(jax_impls)}")
+    if a.impl not in impls:
+        p.error(f"--impl must be one of {', '.join(impls)}")
     step = impls[a.impl]()
     for _ in range(3):
         step()
-    out = report(trace_steps(step, a.steps), a.top, a.min_ms)
+    if "torch" in a.impl:
+        out = torch_report(step, a.steps, a.top)
+    else:
+        out = report(trace_steps(step, a.steps), a.top, a.min_ms)
     print(out)
     return out
 

@@ -33,6 +33,13 @@ def test_profile_reports_kernels_of_a_tiny_workload():
     assert "fastest step" in out and "while" in out  # the LSTM scans are kernels too
 
 
+def test_profile_reports_operators_of_the_torch_peer():
+    pytest.importorskip("torch")
+    out = profile.main(["tiny_lm", "--impl", "torch nn.LSTM", "--steps", "2", "--top", "5"])
+    assert out.startswith("step ms: ") and len(out.splitlines()[0].split()) == 4
+    assert "top 5 operators" in out and len(out.splitlines()) == 3 + 5
+
+
 IN_GIT_CHECKOUT = os.path.isdir(os.path.join(os.path.dirname(__file__), "..", ".git"))
 
 
