@@ -87,13 +87,15 @@ def test_bfloat16_classifier_step(name):
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_products_match_numpy(dtype):
     """``matmul``, ``matmul_nt`` and ``matmul_tn`` are ``a @ b``, ``a @ b.T`` and
-    ``a.T @ b`` of the rounded inputs, returned in float32."""
-    shapes = {"a": (5, 7), "b": (7, 3), "c": (5, 3), "e": (3, 7)}
+    ``a.T @ b`` of the rounded inputs, returned in float32; ``matmul_nt`` also over a
+    leading batch axis (a bidirectional layer's two directions)."""
+    shapes = {"a": (5, 7), "b": (7, 3), "c": (5, 3), "e": (3, 7), "p": (2, 5, 7), "q": (2, 3, 7)}
     keys = jax.random.split(jax.random.key(0), len(shapes))
     x = {n: jax.random.normal(k, s, dtype) for k, (n, s) in zip(keys, shapes.items(), strict=True)}
     f = {n: np.asarray(v, np.float64) for n, v in x.items()}
     for got, want in [(precision.matmul(x["a"], x["b"]), f["a"] @ f["b"]),
                       (precision.matmul_nt(x["a"], x["e"]), f["a"] @ f["e"].T),
+                      (precision.matmul_nt(x["p"], x["q"]), f["p"] @ f["q"].transpose(0, 2, 1)),
                       (precision.matmul_tn(x["a"], x["c"]), f["a"].T @ f["c"])]:
         assert got.dtype == jnp.float32
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
