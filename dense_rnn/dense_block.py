@@ -184,6 +184,8 @@ def _dense_scan_bwd(
     blocks = operands[0][0].shape[0]
     dz = jnp.pad(dxw, ((0, 0), (0, blocks * k - time), (0, 0))).reshape(batch, blocks, k, g)
     cuts = _cuts(cell, g // sum(OPERAND_BLOCKS[cell]))
+    # One einsum per operand over (blocks, batch): the operands are block-major and dz is
+    # batch-major; transposing dz to call recurrent's sum over steps cost hm_densegru 2%.
     dw_hh = tuple(
         jnp.concatenate([
             jnp.einsum("mbw,bmg->wg", a, d,
