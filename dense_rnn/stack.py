@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from dense_rnn import recurrent
+from dense_rnn.dropout import Dropout, bernoulli
 
 Array = jax.Array
 CONNECTIVITIES = ("stacked", "dense")
@@ -61,7 +62,7 @@ class RecurrentStack(nn.Module):
     def dropout(self, x: Array, deterministic: bool) -> Array:
         """Dropout on a layer's output ``x``; one mask per sequence if ``variational``."""
         broadcast = (1,) if self.variational else ()
-        return nn.Dropout(self.dropout_rate, broadcast_dims=broadcast)(x, deterministic)
+        return Dropout(self.dropout_rate, broadcast_dims=broadcast)(x, deterministic)
 
     def recurrent_masks(
         self, batch: int, n: int, deterministic: bool
@@ -71,7 +72,7 @@ class RecurrentStack(nn.Module):
             return None
         keep = 1.0 - self.dropout_rate
         shape = (2, batch, n) if self.bidirectional else (batch, n)
-        m = jax.random.bernoulli(self.make_rng("dropout"), keep, shape) / keep
+        m = bernoulli(self.make_rng("dropout"), keep, shape) / keep
         return (m[0], m[1]) if self.bidirectional else m
 
     @nn.compact

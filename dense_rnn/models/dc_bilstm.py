@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from dense_rnn.configs.dc_bilstm import dense_features
+from dense_rnn.dropout import Dropout
 from dense_rnn.recurrent import length_mask
 from dense_rnn.stack import RecurrentStack
 
@@ -58,7 +59,7 @@ class DCBiLSTM(nn.Module):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name}={getattr(self, name)} must be in [0, 1)")
         e = nn.Embed(self.vocab_size, self.embed_size, name="embed")(tokens)
-        e = nn.Dropout(self.dropout_embed)(e, deterministic)
+        e = Dropout(self.dropout_embed)(e, deterministic)
         _, hs = RecurrentStack(
             cell="lstm",
             features=dense_features(self.dl, self.dh, self.th),
@@ -66,5 +67,5 @@ class DCBiLSTM(nn.Module):
             bidirectional=True,
             name="dense_bilstm",
         )(e, lengths=lengths, deterministic=deterministic)
-        pooled = nn.Dropout(self.dropout_pool)(masked_mean(hs[-1], lengths), deterministic)
+        pooled = Dropout(self.dropout_pool)(masked_mean(hs[-1], lengths), deterministic)
         return nn.Dense(self.num_classes, name="softmax")(pooled)

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from jax.typing import DTypeLike
 
 from dense_rnn import cells, recurrent, softmax, stack
+from dense_rnn.dropout import Dropout
 
 Array = jax.Array
 
@@ -57,7 +58,7 @@ class LanguageModel(nn.Module):
         init = recurrent.uniform_init(self.init_scale)
         e = nn.Embed(self.vocab_size, self.embed_size, embedding_init=init, name="embed")(tokens)
         broadcast = (1,) if self.variational else ()
-        e = nn.Dropout(self.dropout_rate, broadcast_dims=broadcast)(e, deterministic)
+        e = Dropout(self.dropout_rate, broadcast_dims=broadcast)(e, deterministic)
         if carries is None:
             carries = self.zero_carries(tokens.shape[0], e.dtype)
         carries, features = stack.RecurrentStack(
