@@ -6,11 +6,14 @@ softmax layer of Zaremba et al. (2014) and Godin et al. (2017, eq. 7 / 11).
 Differentiating ``optax.softmax_cross_entropy_with_integer_labels(x @ W + b, y)`` makes XLA
 scatter a one-hot into a fresh (tokens, vocab) buffer, run the log-softmax's backward in
 several passes, and lay out ``dlogits`` transposed for the kernel gradient. Here the backward
-is written out: one elementwise pass ``dlogits = (softmax - onehot) * g`` over the saved
-logits, then the three products ``dx = dlogits W^T``, ``dW = x^T dlogits``, ``db = 1^T
-dlogits`` on canonical layouts. The two matrix products take the compute dtype's operands
-(``precision.matmul_nt`` / ``matmul_tn_colsum``), so in bfloat16 they run at the bfloat16
-rate; there ``db`` is one more row of the ``dW`` product, ``[x, 1]^T dlogits``.
+is written out: one elementwise pass ``dlogits = (softmax - onehot) * g``, then the three
+products ``dx = dlogits W^T``, ``dW = x^T dlogits``, ``db = 1^T dlogits`` on canonical
+layouts. The two matrix products take the compute dtype's operands (``precision.matmul_nt``
+/ ``matmul_tn_colsum``), so in bfloat16 they run at the bfloat16 rate; there ``db`` is one
+more row of the ``dW`` product, ``[x, 1]^T dlogits``. The forward pass saves
+``exp(logits - max)`` (which its normaliser needs anyway) and the reciprocals of its row
+sums rather than the logits, so the backward's softmax is one product per element instead
+of another ``exp`` over the (tokens, vocab) array.
 """
 
 from __future__ import annotations
@@ -30,10 +33,14 @@ def _logits(x: Array, kernel: Array, bias: Array) -> Array:
     return out + bias.astype(out.dtype)
 
 
-def _nll(logits: Array, targets: Array) -> tuple[Array, Array]:
-    """Per-row NLL and log-normaliser of ``logits`` (tokens, vocab)."""
-    lse = jax.nn.logsumexp(logits, axis=-1)
-    return lse - jnp.take_along_axis(logits, targets[:, None], axis=-1)[:, 0], lse
+def _nll(logits: Array, targets: Array) -> tuple[Array, Array, Array]:
+    """Per-row NLL of ``logits`` (tokens, vocab), with ``exp(logits - max)`` and the
+    reciprocals of its row sums: the softmax is their product, with no second ``exp``."""
+    top = logits.max(axis=-1, keepdims=True)
+    e = jnp.exp(logits - top)
+    total = e.sum(axis=-1)
+    picked = jnp.take_along_axis(logits, targets[:, None], axis=-1)[:, 0]
+    return jnp.log(total) + top[:, 0] - picked, e, 1 / total
 
 
 @jax.custom_vjp
@@ -57,16 +64,16 @@ def _fwd(
 ) -> tuple[Array, tuple[Array, Array, Array, Array, Array]]:
     x2 = x.reshape(-1, x.shape[-1])
     logits = _logits(x2, kernel, bias)
-    nll, lse = _nll(logits, targets.reshape(-1))
-    return nll.reshape(targets.shape), (x2, kernel, logits, lse, targets)
+    nll, e, inv_total = _nll(logits, targets.reshape(-1))
+    return nll.reshape(targets.shape), (x2, kernel, e, inv_total, targets)
 
 
 def _bwd(
     residuals: tuple[Array, Array, Array, Array, Array], g: Array
 ) -> tuple[Array, Array, Array, None]:
-    x2, kernel, logits, lse, targets = residuals
-    onehot = jnp.arange(logits.shape[-1]) == targets.reshape(-1, 1)
-    d = ((jnp.exp(logits - lse[:, None]) - onehot) * g.reshape(-1, 1)).astype(x2.dtype)
+    x2, kernel, e, inv_total, targets = residuals
+    onehot = jnp.arange(e.shape[-1]) == targets.reshape(-1, 1)
+    d = ((e * inv_total[:, None] - onehot) * g.reshape(-1, 1)).astype(x2.dtype)
     dx = precision.matmul_nt(d, kernel).astype(x2.dtype).reshape(*targets.shape, x2.shape[-1])
     dw, db = precision.matmul_tn_colsum(x2, d)
     return dx, dw.astype(kernel.dtype), db.astype(kernel.dtype), None
