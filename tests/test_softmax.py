@@ -90,3 +90,16 @@ def test_bfloat16_gradients_match_float64_reference():
     assert [v.dtype for v in got] == [jnp.float32] + [jnp.bfloat16] * 3
     for v, want in zip(got, numpy_reference(x, w, b, a[3], a[4]), strict=True):
         np.testing.assert_allclose(np.asarray(v, np.float64), want, rtol=3e-2, atol=3e-2)
+
+
+def test_nll_of_a_vanishing_target_is_finite():
+    """The saved ``exp(logits - max)`` underflows to 0 at the target; the NLL and its
+    gradient come from the logit itself."""
+    x = jnp.eye(3, 4, dtype=jnp.float32)
+    kernel = jnp.zeros((4, 5)).at[0, 0].set(-200.0).at[1, 1].set(150.0)
+    bias, y = jnp.zeros(5), jnp.array([0, 0, 2])
+    nll = softmax.softmax_cross_entropy(x, kernel, bias, y)
+    want = [200.0 + np.log(4.0), 150.0, np.log(5.0)]  # logits [-200, 0, 0, 0, 0], ...
+    np.testing.assert_allclose(nll, want, rtol=1e-6)
+    grads = jax.grad(lambda k: softmax.softmax_cross_entropy(x, k, bias, y).sum())(kernel)
+    assert bool(jnp.all(jnp.isfinite(grads)))
