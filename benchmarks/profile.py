@@ -3,8 +3,11 @@ goes, per XLA kernel (or, for a PyTorch implementation, per operator).
 
 Runs a workload's JAX implementation under ``jax.profiler.trace`` and prints, from the
 Perfetto trace: every step's wall time, the kernels with the most time per step (with how
-often they run per step: 35 means once per time step of a scan), and the timeline of the
-fastest step (kernels above ``--min_ms``, with their start offsets and threads). Kernels on
+often they run per step: 35 means once per time step of a scan), the same time grouped
+into parts of the model (each kernel's HLO ``op_name``, read from the compiled step: module
+path, forward or backward, inside a scan or not, matrix products or other work), and the
+timeline of the fastest step (kernels above ``--min_ms``, with their start offsets and
+threads). Kernels on
 different threads overlap, so their times do not add up to the step's. A PyTorch
 implementation (``--impl "torch nn.LSTM"``) runs under ``torch.profiler`` instead: its step
 times and the operators with the most self time per step.
@@ -17,6 +20,7 @@ import collections
 import glob
 import gzip
 import json
+import re
 import tempfile
 import time
 from collections.abc import Callable
@@ -25,6 +29,9 @@ import jax
 
 from dense_rnn.platform import reexec_with_fast_malloc
 
+# Transformation and call frames of an op_name, left out of a kernel's part.
+_WRAPPERS = ("jit(", "jvp(", "transpose(", "vmap(", "closed_call", "checkpoint", "remat",
+             "body", "cond")
 # Runtime and Python frames in the trace; everything else is a kernel (thunk) or a loop.
 _NOT_KERNELS = ("$", "ThunkExecutor", "SlinkyThreadPool", "PjitFunction", "PjRt", "Common",
                 "step ", "Handle inputs", "ParseArguments", "AllocateOutputBuffers")
@@ -43,7 +50,27 @@ def trace_steps(step, steps: int) -> list[dict]:
             return [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
 
 
-def report(events: list[dict], top: int, min_ms: float) -> str:
+def operation_names(hlo_text: str) -> dict[str, str]:
+    """Each instruction's ``op_name`` (the JAX operation and module path it comes from)."""
+    return dict(re.findall(r'^\s*(?:ROOT )?%(\S+) = [^\n]*?op_name="([^"]*)"', hlo_text,
+                           re.MULTILINE))
+
+
+def part(op_name: str) -> str:
+    """A kernel's part of the step, from its ``op_name``: the module path up to any scan,
+    forward or backward (``transpose(...)``), in a scan or not, products or other work."""
+    if not op_name:
+        return "no op_name (copies, loop state)"
+    names = [n for n in op_name.split("/") if not n.startswith(_WRAPPERS)]
+    scope = names[:-1][: names.index("while")] if "while" in names else names[:-1]
+    if not scope:
+        return "outside the model (loss reduction, clipping, optimizer)"
+    where = "backward" if "transpose(" in op_name else "forward"
+    return (f"{'/'.join(scope[:2])} {where}{', in scan' if 'while' in names else ''}"
+            f"{': products' if names[-1] == 'dot_general' else ''}")
+
+
+def report(events: list[dict], top: int, min_ms: float, hlo_text: str | None = None) -> str:
     steps = sorted((e for e in events if e["name"].startswith("step ")), key=lambda e: e["ts"])
     kernels = [e for e in events if not e["name"].startswith(_NOT_KERNELS)]
 
@@ -58,6 +85,14 @@ def report(events: list[dict], top: int, min_ms: float) -> str:
             count[e["name"]] += 1 / len(steps)
     lines += ["", f"top {top} kernels: ms/step  calls/step  name"]
     lines += [f"{ms:9.2f}  {count[name]:9.0f}  {name}" for name, ms in total.most_common(top)]
+    if hlo_text is not None:
+        ops, parts = operation_names(hlo_text), collections.Counter()
+        for name, ms in total.items():
+            if not name.startswith("while"):  # a loop: its kernels are counted instead
+                parts[part(ops.get(name.removeprefix("end: "), ""))] += ms
+        lines += ["", f"time by part (kernels grouped by the operation they come from; "
+                      f"sum {sum(parts.values()):.1f}): ms/step  part"]
+        lines += [f"{ms:9.2f}  {name}" for name, ms in parts.most_common(top)]
     fastest = min(steps, key=lambda s: s["dur"])
     threads = {}
     lines += ["", f"fastest step ({fastest['dur'] / 1e3:.1f} ms), kernels >= {min_ms} ms: "
@@ -108,7 +143,7 @@ def main(argv: list[str] | None = None) -> str:
     if "torch" in a.impl:
         out = torch_report(step, a.steps, a.top)
     else:
-        out = report(trace_steps(step, a.steps), a.top, a.min_ms)
+        out = report(trace_steps(step, a.steps), a.top, a.min_ms, step.hlo_text())
     print(out)
     return out
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -45,13 +46,16 @@ class Workload:
     impls: dict[str, Builder]
 
 
-def _jax_loop(fn: Callable, state: list) -> Step:
-    """A step that feeds ``state`` through ``fn(*state) -> (new_state, result)``."""
+def _jax_loop(fn: Callable, state: list, compiled: Callable[[list], Any]) -> Step:
+    """A step that feeds ``state`` through ``fn(*state) -> (new_state, result)``;
+    ``step.hlo_text()`` is the optimized HLO of the jitted function it runs,
+    ``compiled(state)`` (``benchmarks.profile`` names its kernels' operations from it)."""
 
     def step() -> None:
         state[:], out = fn(*state)
         jax.block_until_ready(out)
 
+    step.hlo_text = lambda: compiled(state).as_text()
     return step
 
 
@@ -125,7 +129,8 @@ def lm_workload(name: str, train: bool = True, dtype: str = "float32") -> Worklo
                 carries, nll = eval_step(params, carries, x, y)
                 return [carries], nll
 
-            return _jax_loop(evaluate, [_zero_carries(c, batch)])
+            return _jax_loop(evaluate, [_zero_carries(c, batch)],
+                             lambda st: eval_step.lower(params, *st, x, y).compile())
         tx = lm.make_optimizer(c, LR_STEPS_PER_EPOCH)
         train_step = lm.make_train_step(model, tx, c.seed, dtype)
 
@@ -133,7 +138,8 @@ def lm_workload(name: str, train: bool = True, dtype: str = "float32") -> Worklo
             p, o, cr, nll = train_step(p, o, cr, x, y, i)
             return [p, o, cr, i + 1], nll
 
-        return _jax_loop(fn, [params, tx.init(params), _zero_carries(c, batch), 0])
+        return _jax_loop(fn, [params, tx.init(params), _zero_carries(c, batch), 0],
+                         lambda st: train_step.lower(*st[:3], x, y, st[3]).compile())
 
     def torch_impl() -> Step:
         import torch
@@ -213,7 +219,8 @@ def classifier_workload(c: ClassifierConfig, batch: int, time: int, port: peers.
             p, o, loss, _ = train_step(p, o, data, i)
             return [p, o, i + 1], loss
 
-        return _jax_loop(fn, [params, tx.init(params), 0])
+        return _jax_loop(fn, [params, tx.init(params), 0],
+                         lambda st: train_step.lower(st[0], st[1], data, st[2]).compile())
 
     return Workload(
         name=f"{c.name} train B={batch} T={time}", unit="ex/s", items=batch,

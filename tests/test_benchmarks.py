@@ -31,6 +31,18 @@ def test_profile_reports_kernels_of_a_tiny_workload():
     out = profile.main(["tiny_lm", "--steps", "2", "--min_ms", "0"])
     assert out.startswith("step ms: ") and len(out.splitlines()[0].split()) == 4
     assert "fastest step" in out and "while" in out  # the LSTM scans are kernels too
+    parts = out.split("time by part")[1].split("fastest step")[0]
+    for part in ("softmax backward: products", "rnn/layer_0 forward, in scan: products",
+                 "rnn/layer_1 backward, in scan", "outside the model"):
+        assert part in parts
+
+
+def test_profile_parts_from_op_names():
+    assert profile.part("jit(step)/transpose(jvp(LM))/rnn/layer_0/while/body/closed_call/"
+                        "dot_general") == "rnn/layer_0 backward, in scan: products"
+    assert profile.part("jit(step)/jvp(LM)/embed/jit(_take)/gather") == "embed forward"
+    assert profile.part("jit(step)/add").startswith("outside the model")
+    assert profile.part("").startswith("no op_name")
 
 
 def test_profile_reports_operators_of_the_torch_peer():
