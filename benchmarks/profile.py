@@ -7,10 +7,9 @@ often they run per step: 35 means once per time step of a scan), the same time g
 into parts of the model (each kernel's HLO ``op_name``, read from the compiled step: module
 path, forward or backward, inside a scan or not, matrix products or other work), and the
 timeline of the fastest step (kernels above ``--min_ms``, with their start offsets and
-threads). Kernels on
-different threads overlap, so their times do not add up to the step's. A PyTorch
-implementation (``--impl "torch nn.LSTM"``) runs under ``torch.profiler`` instead: its step
-times and the operators with the most self time per step.
+threads). Kernels on different threads overlap, so their times do not add up to the
+step's. A PyTorch implementation (``--impl "torch nn.LSTM"``) runs under ``torch.profiler``
+instead: its step times and the operators with the most self time per step.
 """
 
 from __future__ import annotations

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -46,7 +45,8 @@ class Workload:
     impls: dict[str, Builder]
 
 
-def _jax_loop(fn: Callable, state: list, compiled: Callable[[list], Any]) -> Step:
+def _jax_loop(fn: Callable, state: list, compiled: Callable[[list], jax.stages.Compiled]
+              ) -> Step:
     """A step that feeds ``state`` through ``fn(*state) -> (new_state, result)``;
     ``step.hlo_text()`` is the optimized HLO of the jitted function it runs,
     ``compiled(state)`` (``benchmarks.profile`` names its kernels' operations from it)."""
