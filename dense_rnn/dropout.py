@@ -5,7 +5,7 @@ On CPU, JAX lowers the Threefry hash behind ``jax.random`` as a loop over its fi
 ``zaremba_medium``'s shape the three masks of a step cost ~5 ms this way and ~1.2 ms as one
 elementwise pass. :func:`bernoulli` evaluates the same hash (Threefry-2x32, 20 rounds) on
 the same counters that ``jax.random`` uses, unrolled, so XLA fuses it into one kernel; on
-GPU and TPU, where JAX already unrolls it, the two are the same program. Keys of another
+GPU and TPU, where JAX already unrolls it, the two are the same computation. Keys of another
 PRNG implementation (``rbg``), ``jax_threefry_partitionable=False`` and float64 ``p`` take
 ``jax.random.bernoulli`` itself.
 """
