@@ -60,7 +60,8 @@ def part(op_name: str) -> str:
     forward or backward (``transpose(...)``), in a scan or not, products or other work."""
     if not op_name:
         return "no op_name (copies, loop state)"
-    names = [n for n in op_name.split("/") if not n.startswith(_WRAPPERS)]
+    names = [n for n in op_name.split("/")  # "Module.method": a method call's frame
+             if not n.startswith(_WRAPPERS) and "." not in n]
     scope = names[:-1][: names.index("while")] if "while" in names else names[:-1]
     if not scope:
         return "outside the model (loss reduction, clipping, optimizer)"
