@@ -28,6 +28,8 @@ from dense_rnn.platform import FAST_MALLOC_ENV, reexec_with_fast_malloc
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # On a GPU, JAX would otherwise take 75% of its memory up front, leaving PyTorch the rest.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+# Compile times are measured: never loaded from a persistent compilation cache.
+os.environ["JAX_COMPILATION_CACHE_DIR"] = ""
 
 
 def _status_mb(field: str) -> float:

@@ -8,13 +8,15 @@ from collections.abc import Callable
 from absl import app, logging
 
 from dense_rnn.errors import UserError
-from dense_rnn.platform import reexec_with_fast_malloc
+from dense_rnn.platform import enable_compilation_cache, reexec_with_fast_malloc
 
 
 def run_binary(run: Callable[[], None]) -> None:
-    """Runs ``run`` as an absl program: fast malloc, parsed flags, and bad input reported
-    as one ``error: ...`` line on stderr with exit status 2."""
+    """Runs ``run`` as an absl program: fast malloc, the persistent compilation cache,
+    parsed flags, and bad input reported as one ``error: ...`` line on stderr with exit
+    status 2."""
     reexec_with_fast_malloc()
+    enable_compilation_cache()
 
     def main(argv: list[str]) -> None:
         logging.set_verbosity(logging.ERROR)

@@ -13,6 +13,8 @@ FAST_MALLOC_ENV = {
     "MALLOC_TRIM_THRESHOLD_": "4000000000",
 }
 
+CACHE_MAX_BYTES = 2**31  # the persistent compilation cache's size bound (2 GiB)
+
 
 def reexec_with_fast_malloc() -> None:
     """Re-executes this process once with ``FAST_MALLOC_ENV`` unless it is already set.
@@ -27,3 +29,27 @@ def reexec_with_fast_malloc() -> None:
         return
     env = {**os.environ, **missing}
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+
+
+def enable_compilation_cache() -> str | None:
+    """Turns on JAX's persistent compilation cache, so a rerun (a resumed run, the next fold
+    or dataset of a table) loads its compiled steps instead of compiling them again.
+
+    The cache lives in ``$JAX_COMPILATION_CACHE_DIR`` if set (as JAX's own settings say),
+    else in ``$XDG_CACHE_HOME/dense_rnn/jax`` (``~/.cache/dense_rnn/jax``), where the least
+    recently used entries beyond ``CACHE_MAX_BYTES`` are evicted. An explicitly empty
+    ``JAX_COMPILATION_CACHE_DIR=`` turns it off. Returns the directory used, or ``None``.
+    """
+    import jax
+
+    if jax.config.jax_compilation_cache_dir:  # set by the user (environment or code)
+        return jax.config.jax_compilation_cache_dir
+    if "JAX_COMPILATION_CACHE_DIR" in os.environ:  # set, and empty: off
+        return None
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = os.path.join(root, "dense_rnn", "jax")
+    jax.config.update("jax_compilation_cache_dir", path)
+    if jax.config.jax_compilation_cache_max_size == -1:  # JAX's default: unbounded
+        # Only in a directory of ours: JAX's eviction fails on entries written unbounded.
+        jax.config.update("jax_compilation_cache_max_size", CACHE_MAX_BYTES)
+    return path

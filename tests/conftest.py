@@ -1,6 +1,8 @@
 """Shared test settings: the data directory and float64 NumPy references."""
 
 import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -8,6 +10,16 @@ from dense_rnn.data import DEFAULT_DATA_DIR
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA_DIR = os.environ.get("DENSE_RNN_DATA_DIR", DEFAULT_DATA_DIR)
+
+
+def pytest_configure(config):
+    """The binaries the tests start share one compilation cache made for this session (never
+    the user's ``~/.cache``): a binary run again with the same config compiles nothing."""
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="dense_rnn_test_jax_")
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(os.environ.pop("JAX_COMPILATION_CACHE_DIR", ""), ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -115,6 +115,20 @@ def test_rerunning_a_finished_run_trains_no_more(corpus_dir, tmp_path):
     assert again["test_ppl"] == first["test_ppl"]
 
 
+def test_binary_caches_its_compiled_steps(corpus_dir, tmp_path):
+    """By default a binary writes its compiled steps to ~/.cache/dense_rnn/jax (here under
+    XDG_CACHE_HOME); the tests' session cache is taken away for this run."""
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    env.update(XDG_CACHE_HOME=str(tmp_path / "cache"),
+               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+    r = subprocess.run(
+        [sys.executable, "-m", "experiments.ptb_lm", "--config=tiny", "--vocab_size=60",
+         f"--data_dir={corpus_dir}", f"--workdir={tmp_path / 'w'}", "--max_steps=3"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert os.listdir(tmp_path / "cache" / "dense_rnn" / "jax")
+
+
 def test_perplexity_overflows_to_inf():
     assert lm.perplexity(1.0) == pytest.approx(np.e)
     assert lm.perplexity(800.0) == np.inf

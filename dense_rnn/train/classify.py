@@ -66,9 +66,10 @@ def make_model(c: ClassifierConfig, vocab_size: int, num_classes: int) -> nn.Mod
 
 
 def init_params(model: nn.Module, key: jax.Array) -> Any:
-    """Freshly initialised parameters of a classifier built by ``make_model``."""
+    """Freshly initialised parameters of a classifier built by ``make_model`` (one compiled
+    computation: eagerly, every initializer of a deep model compiles on its own)."""
     tokens, lengths = jnp.zeros((1, 4), jnp.int32), jnp.ones((1,), jnp.int32)
-    return model.init(key, tokens, lengths)["params"]
+    return jax.jit(model.init)(key, tokens, lengths)["params"]
 
 
 def num_params_without_embedding(c: ClassifierConfig, num_classes: int) -> int:

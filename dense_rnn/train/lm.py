@@ -51,9 +51,9 @@ def make_model(c: LMConfig) -> LanguageModel:
 
 
 def init_params(c: LMConfig, key: jax.Array) -> Any:
-    """Freshly initialised parameters of ``make_model(c)``."""
+    """Freshly initialised parameters of ``make_model(c)`` (one compiled computation)."""
     tokens = jnp.zeros((c.batch_size, c.num_steps), jnp.int32)
-    return make_model(c).init(key, tokens)["params"]
+    return jax.jit(make_model(c).init)(key, tokens)["params"]
 
 
 def num_params(c: LMConfig) -> int:
