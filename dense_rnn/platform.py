@@ -13,8 +13,6 @@ FAST_MALLOC_ENV = {
     "MALLOC_TRIM_THRESHOLD_": "4000000000",
 }
 
-CACHE_MAX_BYTES = 2**31  # the persistent compilation cache's size bound (2 GiB)
-
 
 def reexec_with_fast_malloc() -> None:
     """Re-executes this process once with ``FAST_MALLOC_ENV`` unless it is already set.
@@ -35,10 +33,12 @@ def enable_compilation_cache() -> str | None:
     """Turns on JAX's persistent compilation cache, so a rerun (a resumed run, the next fold
     or dataset of a table) loads its compiled steps instead of compiling them again.
 
-    The cache lives in ``$JAX_COMPILATION_CACHE_DIR`` if set (as JAX's own settings say),
-    else in ``$XDG_CACHE_HOME/dense_rnn/jax`` (``~/.cache/dense_rnn/jax``), where the least
-    recently used entries beyond ``CACHE_MAX_BYTES`` are evicted. An explicitly empty
-    ``JAX_COMPILATION_CACHE_DIR=`` turns it off. Returns the directory used, or ``None``.
+    The cache lives in ``$JAX_COMPILATION_CACHE_DIR`` if set, else in
+    ``$XDG_CACHE_HOME/dense_rnn/jax`` (``~/.cache/dense_rnn/jax``); an explicitly empty
+    ``JAX_COMPILATION_CACHE_DIR=`` turns it off. JAX's other settings apply: entries are
+    written for compiles over ``jax_persistent_cache_min_compile_time_secs`` (1 s) and kept
+    unbounded (JAX's size-bounded mode fails on any entry whose access-time file is missing,
+    e.g. after a kill between its two writes). Returns the directory used, or ``None``.
     """
     import jax
 
@@ -49,7 +49,4 @@ def enable_compilation_cache() -> str | None:
     root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     path = os.path.join(root, "dense_rnn", "jax")
     jax.config.update("jax_compilation_cache_dir", path)
-    if jax.config.jax_compilation_cache_max_size == -1:  # JAX's default: unbounded
-        # Only in a directory of ours: JAX's eviction fails on entries written unbounded.
-        jax.config.update("jax_compilation_cache_max_size", CACHE_MAX_BYTES)
     return path

@@ -10,29 +10,24 @@ from dense_rnn import platform
 
 @pytest.fixture
 def cache_config():
-    """Restores JAX's cache settings after the test."""
-    before = jax.config.jax_compilation_cache_dir, jax.config.jax_compilation_cache_max_size
+    """Restores JAX's cache directory setting after the test."""
+    before = jax.config.jax_compilation_cache_dir
     yield
-    jax.config.update("jax_compilation_cache_dir", before[0])
-    jax.config.update("jax_compilation_cache_max_size", before[1])
+    jax.config.update("jax_compilation_cache_dir", before)
 
 
 def test_cache_defaults_to_the_user_cache_dir(cache_config, monkeypatch, tmp_path):
     jax.config.update("jax_compilation_cache_dir", None)
-    jax.config.update("jax_compilation_cache_max_size", -1)
     monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     path = os.path.join(tmp_path, "dense_rnn", "jax")
     assert platform.enable_compilation_cache() == path
     assert jax.config.jax_compilation_cache_dir == path
-    assert jax.config.jax_compilation_cache_max_size == platform.CACHE_MAX_BYTES
 
 
 def test_cache_keeps_the_users_setting_and_an_empty_one_turns_it_off(cache_config, monkeypatch):
     jax.config.update("jax_compilation_cache_dir", "/somewhere/else")
-    jax.config.update("jax_compilation_cache_max_size", -1)
     assert platform.enable_compilation_cache() == "/somewhere/else"
-    assert jax.config.jax_compilation_cache_max_size == -1  # JAX's settings, untouched
     jax.config.update("jax_compilation_cache_dir", "")
     monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", "")
     assert platform.enable_compilation_cache() is None
