@@ -1,4 +1,5 @@
-"""Shared test settings: the data directory and float64 NumPy references."""
+"""Shared test settings: the data directory, the compilation cache and float64 NumPy
+references."""
 
 import os
 import shutil
@@ -13,8 +14,8 @@ DATA_DIR = os.environ.get("DENSE_RNN_DATA_DIR", DEFAULT_DATA_DIR)
 
 
 def pytest_configure(config):
-    """The binaries the tests start share one compilation cache made for this session (never
-    the user's ``~/.cache``): a binary run again with the same config compiles nothing."""
+    """The tests and the binaries they start share one compilation cache made for this
+    session (never the user's ``~/.cache``): a step compiled once is loaded after that."""
     os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="dense_rnn_test_jax_")
 
 

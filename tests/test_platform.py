@@ -32,4 +32,3 @@ def test_cache_keeps_the_users_setting_and_an_empty_one_turns_it_off(cache_confi
     monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", "")
     assert platform.enable_compilation_cache() is None
     assert not jax.config.jax_compilation_cache_dir
-
