@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from jax.experimental import rnn
 
-from benchmarks import ab, flops, peers, profile, run
+from benchmarks import ab, binary, flops, peers, profile, run
 from dense_rnn.configs import ptb
 from dense_rnn.errors import UserError
 from dense_rnn.train import classify, lm
@@ -63,6 +63,21 @@ def test_ab_times_a_revision_against_the_working_tree(capsys):
     assert "base/new" in capsys.readouterr().out
     with pytest.raises(UserError, match="--base=no-such-rev: git archive failed"):
         ab.main(["tiny_lm", "--base", "no-such-rev"])
+
+
+def test_binary_is_timed_against_the_implementations(tmp_path, capsys):
+    words = [f"w{i}" for i in range(40)] + ["<unk>"]
+    rng = np.random.default_rng(0)
+    for split, n in [("train", 200), ("valid", 20), ("test", 20)]:
+        text = "\n".join(" ".join(rng.choice(words, 8)) for _ in range(n))
+        (tmp_path / f"ptb.{split}.txt").write_text(text + "\n")
+    rates = binary.main(["tiny", "--steps", "20", "--log_every", "10", "--repeats", "2",
+                         "--impls", "ours", "--min_time", "0.01", "--data_dir", str(tmp_path),
+                         "--binary_flags=--vocab_size=60"])
+    assert len(rates["binary"]) == len(rates["ours"]) == 2 and min(rates["binary"]) > 0
+    assert "| median |" in capsys.readouterr().out
+    with pytest.raises(UserError, match="logged no rate"):
+        binary.binary_rate("tiny", 5, 10, [f"--data_dir={tmp_path}", "--vocab_size=60"])
 
 
 def test_lm_flops_count_every_product():

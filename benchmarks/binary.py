@@ -1,0 +1,108 @@
+"""``python -m benchmarks.binary CONFIG [--steps N] [--log_every L] [--repeats R]``: the PTB
+training binary, run as a user runs it, against the suite's implementations of the same
+config, alternated in one run.
+
+Each repeat runs ``python -m experiments.ptb_lm --config=CONFIG --max_steps=N
+--log_every_steps=L`` in a fresh workdir (a subprocess; the binary logs tokens/s of wall clock
+over every L steps, input pipeline, logging and checkpoints included, the compiling first
+step left out) and takes the median of its logged rates; then it times each implementation's
+step in this process, as ``benchmarks.run`` does. Reported per repeat and as the median over
+repeats: the binary's rate, each implementation's, and the binary's rate over each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from benchmarks import run
+from dense_rnn.data import DEFAULT_DATA_DIR
+from dense_rnn.errors import UserError
+from dense_rnn.platform import reexec_with_fast_malloc
+
+RATE = re.compile(r"([\d,]+) tok/s")
+
+
+def binary_rate(config: str, steps: int, log_every: int, flags: list[str]) -> float:
+    """Median of the tokens/s that one fresh ``experiments.ptb_lm`` run logs."""
+    with tempfile.TemporaryDirectory() as workdir:
+        proc = subprocess.run(
+            [sys.executable, "-m", "experiments.ptb_lm", f"--config={config}",
+             f"--max_steps={steps}", f"--log_every_steps={log_every}", f"--workdir={workdir}",
+             *flags], capture_output=True, text=True, check=False)
+    if proc.returncode:
+        lines = proc.stderr.strip().splitlines()
+        raise UserError(f"experiments.ptb_lm failed: {lines[-1] if lines else proc.returncode}")
+    rates = [float(m.group(1).replace(",", "")) for m in RATE.finditer(proc.stdout)]
+    if not rates:
+        raise UserError(f"experiments.ptb_lm logged no rate in {steps} steps; give --steps a "
+                        f"multiple of --log_every={log_every}")
+    return statistics.median(rates)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from benchmarks.workloads import OURS, lm_workload
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("config", help="a PTB config (dense_rnn/configs/ptb.py)")
+    p.add_argument("--steps", type=int, default=300, help="training steps per binary run")
+    p.add_argument("--log_every", type=int, default=50, help="steps per logged rate")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--impls", default=f"{OURS},torch nn.LSTM",
+                   help="comma-separated implementations timed beside the binary")
+    p.add_argument("--min_time", type=float, default=2.0, help="seconds per timed step set")
+    p.add_argument("--data_dir", default=DEFAULT_DATA_DIR)
+    p.add_argument("--binary_flags", default="",
+                   help="more flags for the binary, one string: --binary_flags=\"--a=1 --b=2\"")
+    a = p.parse_args(argv)
+    w = lm_workload(a.config)
+    unknown = [n for n in a.impls.split(",") if n not in w.impls]
+    if unknown:
+        raise UserError(f"unknown implementations {unknown}; known: {', '.join(w.impls)}")
+    flags = [f"--data_dir={a.data_dir}", *shlex.split(a.binary_flags)]
+    print(json.dumps(run.environment()), flush=True)
+    steps, iters = {}, {}
+    for name in a.impls.split(","):
+        steps[name] = w.impls[name]()
+        steps[name]()  # compiles
+        t0 = time.perf_counter()
+        steps[name]()
+        iters[name] = max(1, round(a.min_time / max(time.perf_counter() - t0, 1e-6)))
+    rates: dict[str, list[float]] = {"binary": [], **{n: [] for n in steps}}
+    for _ in range(a.repeats):
+        rates["binary"].append(binary_rate(a.config, a.steps, a.log_every, flags))
+        for name, step in steps.items():
+            t0 = time.perf_counter()
+            for _ in range(iters[name]):
+                step()
+            rates[name].append(w.items * iters[name] / (time.perf_counter() - t0))
+    cols = list(steps)
+    ratios = {n: [b / x for b, x in zip(rates["binary"], rates[n], strict=True)] for n in cols}
+    lines = ["| repeat | binary, tok/s | " + " | ".join(f"{n}, tok/s | binary / {n}"
+                                                         for n in cols) + " |",
+             "|" + " --- |" * (2 + 2 * len(cols))]
+    for r in [*range(a.repeats), None]:
+        pick = statistics.median if r is None else (lambda v, r=r: v[r])
+        cells = [f"{pick(rates[n]):,.0f} | {pick(ratios[n]):.2f}" for n in cols]
+        lines.append(f"| {'median' if r is None else r + 1} | {pick(rates['binary']):,.0f} | "
+                     + " | ".join(cells) + " |")
+    print(f"\n{a.config}: the binary {a.steps} steps a run, its rate logged every "
+          f"{a.log_every}; median row: medians of the rates and of the per-repeat ratios\n")
+    print("\n".join(lines), flush=True)
+    return rates
+
+
+if __name__ == "__main__":
+    reexec_with_fast_malloc()
+    try:
+        main()
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
