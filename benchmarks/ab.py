@@ -24,8 +24,8 @@ import subprocess
 import sys
 import tempfile
 
+from dense_rnn.cli import run_script
 from dense_rnn.errors import UserError
-from dense_rnn.platform import reexec_with_fast_malloc
 
 PACKAGES = ("dense_rnn", "benchmarks")
 SUFFIX = "_base"
@@ -112,9 +112,4 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    reexec_with_fast_malloc()
-    try:
-        main()
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    run_script(main)

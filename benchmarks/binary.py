@@ -23,9 +23,10 @@ import tempfile
 import time
 
 from benchmarks import run
+from dense_rnn.cli import run_script
+from dense_rnn.configs import ptb
 from dense_rnn.data import DEFAULT_DATA_DIR
 from dense_rnn.errors import UserError
-from dense_rnn.platform import reexec_with_fast_malloc
 
 RATE = re.compile(r"([\d,]+) tok/s")
 
@@ -48,7 +49,7 @@ def binary_rate(config: str, steps: int, log_every: int, flags: list[str]) -> fl
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from benchmarks.workloads import OURS, lm_workload
+    from benchmarks.workloads import GEMM, OURS, lm_workload
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("config", help="a PTB config (dense_rnn/configs/ptb.py)")
@@ -62,10 +63,13 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--binary_flags", default="",
                    help="more flags for the binary, one string: --binary_flags=\"--a=1 --b=2\"")
     a = p.parse_args(argv)
+    if a.config not in ptb.CONFIGS:
+        raise UserError(f"unknown config {a.config!r}; known: {', '.join(ptb.CONFIGS)}")
     w = lm_workload(a.config)
-    unknown = [n for n in a.impls.split(",") if n not in w.impls]
+    known = [n for n in w.impls if not n.startswith(GEMM)]
+    unknown = [n for n in a.impls.split(",") if n not in known]
     if unknown:
-        raise UserError(f"unknown implementations {unknown}; known: {', '.join(w.impls)}")
+        raise UserError(f"unknown implementations {unknown}; known: {', '.join(known)}")
     flags = [f"--data_dir={a.data_dir}", *shlex.split(a.binary_flags)]
     print(json.dumps(run.environment()), flush=True)
     steps, iters = {}, {}
@@ -100,9 +104,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    reexec_with_fast_malloc()
-    try:
-        main()
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    run_script(main)

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import jax
 
-from dense_rnn.platform import reexec_with_fast_malloc
+from dense_rnn.cli import run_script
 
 # Transformation and call frames of an op_name, left out of a kernel's part.
 _WRAPPERS = ("jit(", "jvp(", "transpose(", "vmap(", "closed_call", "checkpoint", "remat",
@@ -149,5 +149,4 @@ def main(argv: list[str] | None = None) -> str:
 
 
 if __name__ == "__main__":
-    reexec_with_fast_malloc()
-    main()
+    run_script(main)

@@ -21,7 +21,8 @@ import subprocess
 import sys
 import time
 
-from dense_rnn.platform import FAST_MALLOC_ENV, reexec_with_fast_malloc
+from dense_rnn.cli import run_script
+from dense_rnn.platform import FAST_MALLOC_ENV
 
 # PyTorch's OpenMP threads otherwise spin after each parallel region, competing with XLA's
 # threads in this process (and with other load): 2-10x slower, erratic PyTorch steps.
@@ -202,5 +203,4 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    reexec_with_fast_malloc()
-    main()
+    run_script(main)

@@ -30,3 +30,14 @@ def run_binary(run: Callable[[], None]) -> None:
             sys.exit(2)
 
     app.run(main)
+
+
+def run_script(main: Callable[[], object]) -> None:
+    """Runs an argparse ``main`` (the benchmark tools): fast malloc, and bad input reported as
+    one ``error: ...`` line on stderr with exit status 2."""
+    reexec_with_fast_malloc()
+    try:
+        main()
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
