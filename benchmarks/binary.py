@@ -13,6 +13,7 @@ repeats: the binary's rate, each implementation's, and the binary's rate over ea
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import shlex
@@ -20,7 +21,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 from benchmarks import run
 from dense_rnn.cli import run_script
@@ -67,26 +67,19 @@ def main(argv: list[str] | None = None) -> dict:
         raise UserError(f"unknown config {a.config!r}; known: {', '.join(ptb.CONFIGS)}")
     w = lm_workload(a.config)
     known = [n for n in w.impls if not n.startswith(GEMM)]
-    unknown = [n for n in a.impls.split(",") if n not in known]
+    names = a.impls.split(",")
+    unknown = [n for n in names if n not in known]
     if unknown:
         raise UserError(f"unknown implementations {unknown}; known: {', '.join(known)}")
     flags = [f"--data_dir={a.data_dir}", *shlex.split(a.binary_flags)]
     print(json.dumps(run.environment()), flush=True)
-    steps, iters = {}, {}
-    for name in a.impls.split(","):
-        steps[name] = w.impls[name]()
-        steps[name]()  # compiles
-        t0 = time.perf_counter()
-        steps[name]()
-        iters[name] = max(1, round(a.min_time / max(time.perf_counter() - t0, 1e-6)))
+    steps, timing = run.build_steps(
+        dataclasses.replace(w, impls={n: w.impls[n] for n in names}), a.min_time)
     rates: dict[str, list[float]] = {"binary": [], **{n: [] for n in steps}}
     for _ in range(a.repeats):
         rates["binary"].append(binary_rate(a.config, a.steps, a.log_every, flags))
         for name, step in steps.items():
-            t0 = time.perf_counter()
-            for _ in range(iters[name]):
-                step()
-            rates[name].append(w.items * iters[name] / (time.perf_counter() - t0))
+            rates[name].append(w.items / run.time_steps(step, timing[name]["iters"]))
     cols = list(steps)
     ratios = {n: [b / x for b, x in zip(rates["binary"], rates[n], strict=True)] for n in cols}
     lines = ["| repeat | binary, tok/s | " + " | ".join(f"{n}, tok/s | binary / {n}"

@@ -20,6 +20,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 from dense_rnn.cli import run_script
 from dense_rnn.platform import FAST_MALLOC_ENV
@@ -66,8 +67,9 @@ def environment() -> dict:
     }
 
 
-def time_workload(w, repeats: int, min_time: float) -> dict[str, dict]:
-    """Builds every implementation, then times them round-robin ``repeats`` times."""
+def build_steps(w, min_time: float) -> tuple[dict[str, Callable], dict[str, dict]]:
+    """Builds (and compiles) every implementation of ``w``; per implementation, its compile
+    time and how many steps make one timed set of about ``min_time`` seconds."""
     steps, out = {}, {}
     for name, build in w.impls.items():
         t0 = time.perf_counter()
@@ -78,13 +80,24 @@ def time_workload(w, repeats: int, min_time: float) -> dict[str, dict]:
         steps[name]()
         iters = max(1, round(min_time / max(time.perf_counter() - t0, 1e-6)))
         out[name] = {"compile_s": compile_s, "iters": iters, "times": []}
+    return steps, out
+
+
+def time_steps(step: Callable, iters: int) -> float:
+    """Seconds per step over ``iters`` consecutive steps."""
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        step()
+    return (time.perf_counter() - t0) / iters
+
+
+def time_workload(w, repeats: int, min_time: float) -> dict[str, dict]:
+    """Builds every implementation, then times them round-robin ``repeats`` times."""
+    steps, out = build_steps(w, min_time)
     names = list(steps)
     for r in range(repeats):
         for name in names[r % len(names):] + names[: r % len(names)]:
-            t0 = time.perf_counter()
-            for _ in range(out[name]["iters"]):
-                steps[name]()
-            out[name]["times"].append((time.perf_counter() - t0) / out[name]["iters"])
+            out[name]["times"].append(time_steps(steps[name], out[name]["iters"]))
     return out
 
 

@@ -20,24 +20,25 @@ def run_binary(run: Callable[[], None]) -> None:
 
     def main(argv: list[str]) -> None:
         logging.set_verbosity(logging.ERROR)
-        try:
-            if len(argv) > 1:
-                raise UserError(f"unexpected arguments {' '.join(argv[1:])!r}; every option is "
-                                "a --flag=value (--helpfull lists them)")
-            run()
-        except UserError as e:
-            print(f"error: {e}", file=sys.stderr)
-            sys.exit(2)
+        if len(argv) > 1:
+            raise UserError(f"unexpected arguments {' '.join(argv[1:])!r}; every option is a "
+                            "--flag=value (--helpfull lists them)")
+        run()
 
-    app.run(main)
+    app.run(lambda argv: _one_line_errors(main, argv))
 
 
 def run_script(main: Callable[[], object]) -> None:
     """Runs an argparse ``main`` (the benchmark tools): fast malloc, and bad input reported as
     one ``error: ...`` line on stderr with exit status 2."""
     reexec_with_fast_malloc()
+    _one_line_errors(main)
+
+
+def _one_line_errors(fn: Callable[..., object], *args: object) -> None:
+    """Calls ``fn(*args)``; a ``UserError`` becomes one ``error: ...`` line, exit status 2."""
     try:
-        main()
+        fn(*args)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
