@@ -11,9 +11,10 @@ products ``dx = dlogits W^T``, ``dW = x^T dlogits``, ``db = 1^T dlogits`` on can
 layouts. The two matrix products take the compute dtype's operands (``precision.matmul_nt``
 / ``matmul_tn_colsum``), so in bfloat16 they run at the bfloat16 rate; there ``db`` is one
 more row of the ``dW`` product, ``[x, 1]^T dlogits``. The forward pass saves
-``exp(logits - max)`` (which its normaliser needs anyway) and the reciprocals of its row
+``exp(logits - shift)`` (which its normaliser needs anyway) and the reciprocals of its row
 sums rather than the logits, so the backward's softmax is one product per element instead
-of another ``exp`` over the (tokens, vocab) array.
+of another ``exp`` over the (tokens, vocab) array. The shift is an upper bound of each row's
+maximum, ``max(x W) + max(b)``, so the biased logits are never written out (``_nll``).
 """
 
 from __future__ import annotations
@@ -27,20 +28,38 @@ from dense_rnn import precision
 Array = jax.Array
 
 
-def _logits(x: Array, kernel: Array, bias: Array) -> Array:
-    """``x @ kernel + bias``, accumulated and returned in at least float32."""
-    out = precision.matmul(x, kernel)
-    return out + bias.astype(out.dtype)
+# A row whose sum of ``exp(logits - shift)`` falls below this had its shift overshoot its
+# maximum by more than ~46: it is recomputed with the exact maximum (see ``_nll``).
+_MIN_TOTAL = 1e-20
 
 
-def _nll(logits: Array, targets: Array) -> tuple[Array, Array, Array]:
-    """Per-row NLL of ``logits`` (tokens, vocab), with ``exp(logits - max)`` and the
-    reciprocals of its row sums: the softmax is their product, with no second ``exp``."""
-    top = logits.max(axis=-1, keepdims=True)
-    e = jnp.exp(logits - top)
-    total = e.sum(axis=-1)
-    picked = jnp.take_along_axis(logits, targets[:, None], axis=-1)[:, 0]
-    return jnp.log(total) + top[:, 0] - picked, e, 1 / total
+def _shifted_exp(raw: Array, bias: Array, exact: bool) -> tuple[Array, Array, Array]:
+    """``(shift, exp(raw + bias - shift), row sums)`` for the logits ``raw + bias``.
+
+    The exact shift is each row's maximum logit, which needs the biased logits written
+    out for the max reduction. ``max(raw) + max(bias)`` bounds that maximum from above and
+    needs only ``raw``, so the biased logits never touch memory: each pass adds the bias as
+    it reads. It overshoots by at most ``max(bias) - min(bias)``."""
+    if exact:
+        shift = (raw + bias).max(axis=-1, keepdims=True)
+    else:
+        shift = raw.max(axis=-1, keepdims=True) + bias.max()
+    e = jnp.exp(raw + bias - shift)
+    return shift, e, e.sum(axis=-1)
+
+
+def _nll(raw: Array, bias: Array, targets: Array) -> tuple[Array, Array, Array]:
+    """Per-row NLL of the logits ``raw + bias`` (tokens, vocab), with ``exp(logits - shift)``
+    and the reciprocals of its row sums: the softmax is their product, with no second
+    ``exp``. The shift is the bound of ``_shifted_exp``; where it overshot so far that a row's
+    sum nears underflow (a bias spread over ~46), the exact maximum is used instead."""
+    bias = bias.astype(raw.dtype)
+    shift, e, total = _shifted_exp(raw, bias, exact=False)
+    shift, e, total = jax.lax.cond(
+        total.min() < _MIN_TOTAL, lambda: _shifted_exp(raw, bias, exact=True),
+        lambda: (shift, e, total))
+    picked = jnp.take_along_axis(raw, targets[:, None], axis=-1)[:, 0] + bias[targets]
+    return jnp.log(total) + shift[:, 0] - picked, e, 1 / total
 
 
 @jax.custom_vjp
@@ -63,8 +82,7 @@ def _fwd(
     x: Array, kernel: Array, bias: Array, targets: Array
 ) -> tuple[Array, tuple[Array, Array, Array, Array, Array]]:
     x2 = x.reshape(-1, x.shape[-1])
-    logits = _logits(x2, kernel, bias)
-    nll, e, inv_total = _nll(logits, targets.reshape(-1))
+    nll, e, inv_total = _nll(precision.matmul(x2, kernel), bias, targets.reshape(-1))
     return nll.reshape(targets.shape), (x2, kernel, e, inv_total, targets)
 
 

@@ -103,3 +103,17 @@ def test_nll_of_a_vanishing_target_is_finite():
     np.testing.assert_allclose(nll, want, rtol=1e-6)
     grads = jax.grad(lambda k: softmax.softmax_cross_entropy(x, k, bias, y).sum())(kernel)
     assert bool(jnp.all(jnp.isfinite(grads)))
+
+
+def test_bias_spread_past_the_shift_bound_uses_the_exact_max():
+    """The shift ``max(x W) + max(b)`` overshoots a row's maximum by up to the bias's spread;
+    at a spread of ~100 every ``exp`` would underflow. Such rows take the exact maximum, and
+    value and gradients still match the float64 reference."""
+    x, w, b, y, g = inputs(jnp.float32)
+    x = x.at[..., -1].set(1.0)
+    w, b = w.at[-1, 0].set(-300.0), b.at[0].set(100.0)  # logit 0 ~ -200, bias spread ~100
+    raw = x.reshape(-1, D) @ w
+    assert float(softmax._shifted_exp(raw, b, exact=False)[2].min()) < softmax._MIN_TOTAL
+    for got, want in zip(fused_value_and_grads(x, w, b, y, g),
+                         numpy_reference(x, w, b, y, g), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
