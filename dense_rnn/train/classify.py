@@ -72,10 +72,14 @@ def init_params(model: nn.Module, key: jax.Array) -> Any:
     return jax.jit(model.init)(key, tokens, lengths)["params"]
 
 
+def param_shapes(model: nn.Module) -> Any:
+    """The shapes and dtypes of ``init_params(model, key)``, computed without initialising."""
+    return jax.eval_shape(lambda: init_params(model, jax.random.key(0)))
+
+
 def num_params_without_embedding(c: ClassifierConfig, num_classes: int) -> int:
     """Every parameter except the embedding table (which depends on the vocabulary)."""
-    shapes = jax.eval_shape(lambda: init_params(make_model(c, 1, num_classes),
-                                                jax.random.key(0)))
+    shapes = param_shapes(make_model(c, 1, num_classes))
     return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes)) - c.embed_size
 
 

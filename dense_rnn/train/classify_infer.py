@@ -62,8 +62,8 @@ def load(workdir: str) -> TrainedClassifier:
     vocab = tc.Vocab.load(os.path.join(workdir, tc.VOCAB_FILE))
     num_classes = tc.get_dataset(identity["dataset"]).num_classes
     model = classify.make_model(config, len(vocab.words), num_classes)
-    like = jax.eval_shape(lambda: classify.init_params(model, jax.random.key(0)))  # shapes
-    params = checkpoint.load_best(workdir, identity, like, "after the first epoch")
+    params = checkpoint.load_best(workdir, identity, classify.param_shapes(model),
+                                  "after the first epoch")
     return TrainedClassifier(config, identity["dataset"], model, params, vocab,
                              identity.get("max_len", 0))
 

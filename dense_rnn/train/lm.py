@@ -56,10 +56,14 @@ def init_params(c: LMConfig, key: jax.Array) -> Any:
     return jax.jit(make_model(c).init)(key, tokens)["params"]
 
 
+def param_shapes(c: LMConfig) -> Any:
+    """The shapes and dtypes of ``init_params(c, key)``, computed without initialising."""
+    return jax.eval_shape(lambda: init_params(c, jax.random.key(0)))
+
+
 def num_params(c: LMConfig) -> int:
     """Every parameter of ``make_model(c)`` (counted without initialising it)."""
-    shapes = jax.eval_shape(lambda: init_params(c, jax.random.key(0)))
-    return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes))
+    return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(param_shapes(c)))
 
 
 def learning_rate_schedule(c: LMConfig, steps_per_epoch: int) -> Callable[[Any], Any]:

@@ -68,8 +68,8 @@ def load(workdir: str) -> TrainedLM:
     if len(vocab) > config.vocab_size or ptb.EOS not in vocab:
         raise UserError(f"{workdir}/{ptb.VOCAB_FILE} does not fit the run's config "
                         f"({len(vocab)} words, vocab_size {config.vocab_size})")
-    like = jax.eval_shape(lambda: lm.init_params(config, jax.random.key(0)))  # shapes only
-    params = checkpoint.load_best(workdir, identity, like, "after the first validation")
+    params = checkpoint.load_best(workdir, identity, lm.param_shapes(config),
+                                  "after the first validation")
     return TrainedLM(config, lm.make_model(config), params, vocab)
 
 
