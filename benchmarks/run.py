@@ -5,7 +5,8 @@ Markdown table (and writes ``results.json`` / ``table.md`` under ``--out``).
 Per implementation: median step time over the repeats and its spread ((max - min) /
 median), items/s, ours' speed as a multiple of it, achieved GFLOP/s and its fraction of the
 fastest roofline GEMM of the same run, compile time (first call), and peak RSS growth
-(measured in a fresh subprocess per implementation: build + 3 steps).
+(measured in a fresh subprocess per implementation: build + 3 steps). A second table sets
+ours' ratios and GEMM fraction against issue #5's targets.
 """
 
 from __future__ import annotations
@@ -32,6 +33,13 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 # Compile times are measured: never loaded from a persistent compilation cache.
 os.environ["JAX_COMPILATION_CACHE_DIR"] = ""
+
+# Issue #5's targets: the least "ours x" against each peer, and the least fraction of the
+# GEMM rate on the LM workloads. On a GPU both cuDNN LSTMs (PyTorch's nn.LSTM runs there)
+# have the target of 0.8x.
+PEER_TARGETS = {"torch nn.LSTM": 1.0, "flax nn.RNN": 1.3, "lax.scan port": 1.5}
+CUDNN_TARGETS = {"torch nn.LSTM": 0.8, "jax cuDNN rnn.lstm": 0.8}
+GEMM_TARGET = 0.8
 
 
 def _status_mb(field: str) -> float:
@@ -162,7 +170,29 @@ def markdown(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def targets_markdown(results: list[dict], gpu: bool) -> str:
+    """Ours against the targets, one row per workload; a bold figure meets its target (before
+    rounding). "% GEMM" is a target on the LM workloads (unit tok/s) only."""
+    goals = {**PEER_TARGETS, **(CUDNN_TARGETS if gpu else {})}
+    peers = [p for p in goals if any(r["impl"] == p for res in results for r in res["rows"])]
+    lines = ["| workload | " + " | ".join(f"ours vs {p} (>= {goals[p]})" for p in peers)
+             + f" | % GEMM (>= {GEMM_TARGET:.0%} on LMs) |", "|" + " --- |" * (len(peers) + 2)]
+    for res in results:
+        rows = {r["impl"]: r for r in res["rows"]}
+        cells = []
+        for p in peers:
+            x = rows[p]["ours_x"] if p in rows else None
+            cells.append("" if x is None else f"**{x:.2f}**" if x >= goals[p] else f"{x:.2f}")
+        frac = rows["ours"]["gemm_frac"]
+        met = res["unit"] == "tok/s" and frac >= GEMM_TARGET
+        cells.append(f"**{frac:.1%}**" if met else f"{frac:.1%}")
+        lines.append(f"| {res['workload']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
+    import jax
+
     from benchmarks.workloads import FULL, GEMM, OURS, QUICK, WORKLOADS
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -204,7 +234,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 r["rss_mb"] = peak_rss(name, r["impl"])
         results.append({"workload": w.name, "unit": w.unit, "flops": w.flops, "rows": rows})
         print(markdown(results[-1:]), flush=True)
-    table = markdown(results)
+    gpu = jax.default_backend() == "gpu"
+    table = markdown(results) + "\n\n" + targets_markdown(results, gpu)
     print("\n" + table)
     if a.out:
         os.makedirs(a.out, exist_ok=True)

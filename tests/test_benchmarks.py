@@ -24,7 +24,28 @@ def test_quick_path_runs_a_tiny_workload(capsys):
     impls = {r["impl"]: r for r in res["rows"]}
     assert {"ours", "flax nn.RNN", "gemm xla"} <= set(impls)
     assert impls["ours"]["ours_x"] == 1.0 and impls["ours"]["rate"] > 0
-    assert "| tiny train" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "| tiny train" in out and "| ours vs flax nn.RNN (>= 1.3) |" in out
+
+
+def test_targets_table_marks_what_meets_issue_5s_targets():
+    def rows(**ratios):
+        return [{"impl": "ours", "ours_x": 1.0, "gemm_frac": ratios.pop("gemm")},
+                *({"impl": k.replace("_", " "), "ours_x": v} for k, v in ratios.items())]
+
+    results = [
+        {"workload": "lm", "unit": "tok/s",
+         "rows": rows(gemm=0.85, **{"torch_nn.LSTM": 0.99, "flax_nn.RNN": 1.31})},
+        {"workload": "clf", "unit": "ex/s", "rows": rows(gemm=0.9, **{"lax.scan_port": 1.6})},
+    ]
+    header, _, lm_row, clf_row = run.targets_markdown(results, gpu=False).splitlines()
+    assert header.split(" | ")[1:4] == ["ours vs torch nn.LSTM (>= 1.0)",
+                                        "ours vs flax nn.RNN (>= 1.3)",
+                                        "ours vs lax.scan port (>= 1.5)"]
+    assert lm_row == "| lm | 0.99 | **1.31** |  | **85.0%** |"
+    assert clf_row == "| clf |  |  | **1.60** | 90.0% |"  # % GEMM: a target on LMs only
+    gpu_header = run.targets_markdown(results, gpu=True).splitlines()[0]
+    assert "ours vs torch nn.LSTM (>= 0.8)" in gpu_header  # cuDNN's LSTM on a GPU
 
 
 def test_profile_reports_kernels_of_a_tiny_workload():
