@@ -38,12 +38,13 @@ def test_targets_table_marks_what_meets_issue_5s_targets():
          "rows": rows(gemm=0.85, **{"torch_nn.LSTM": 0.99, "flax_nn.RNN": 1.31})},
         {"workload": "clf", "unit": "ex/s", "rows": rows(gemm=0.9, **{"lax.scan_port": 1.6})},
     ]
-    header, _, lm_row, clf_row = run.targets_markdown(results, gpu=False).splitlines()
+    header, _, lm_row, clf_row, _, caption = run.targets_markdown(results, gpu=False).splitlines()
     assert header.split(" | ")[1:4] == ["ours vs torch nn.LSTM (>= 1.0)",
                                         "ours vs flax nn.RNN (>= 1.3)",
                                         "ours vs lax.scan port (>= 1.5)"]
     assert lm_row == "| lm | 0.99 | **1.31** |  | **85.0%** |"
     assert clf_row == "| clf |  |  | **1.60** | 90.0% |"  # % GEMM: a target on LMs only
+    assert caption.startswith("Bold: meets issue #5's target")
     gpu_header = run.targets_markdown(results, gpu=True).splitlines()[0]
     assert "ours vs torch nn.LSTM (>= 0.8)" in gpu_header  # cuDNN's LSTM on a GPU
 
