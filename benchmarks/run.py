@@ -31,9 +31,6 @@ from dense_rnn.platform import FAST_MALLOC_ENV
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # On a GPU, JAX would otherwise take 75% of its memory up front, leaving PyTorch the rest.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-# Compile times are measured: never loaded from a persistent compilation cache.
-os.environ["JAX_COMPILATION_CACHE_DIR"] = ""
-
 # Issue #5's targets: the least "ours x" against each peer, and the least fraction of the
 # GEMM rate on the LM workloads. On a GPU both cuDNN LSTMs (PyTorch's nn.LSTM runs there)
 # have the target of 0.8x.
@@ -197,6 +194,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     from benchmarks.workloads import FULL, GEMM, OURS, QUICK, WORKLOADS
 
+    # Compile times are measured: never loaded from a persistent compilation cache. (A
+    # setting of this process, not of the environment its subprocesses inherit.)
+    jax.config.update("jax_enable_compilation_cache", False)
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="small workloads, few repeats (<1 min)")
     p.add_argument("--workloads", help=f"comma-separated subset of {', '.join(WORKLOADS)}")
@@ -218,7 +219,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     print(json.dumps(env), flush=True)
     has_torch = importlib.util.find_spec("torch") is not None
     if not has_torch:
-        print("PyTorch is not installed (pip install -e '.[bench]'): its rows are skipped",
+        print("PyTorch is not installed (BUILD.md: the CPU build of torch 2.13.0 from "
+              "PyTorch's index, then pip install -e '.[bench]'): its rows are skipped",
               flush=True)
     results = []
     for name in names:

@@ -35,7 +35,8 @@ from dense_rnn.errors import UserError
 flags.DEFINE_string("config", "dc_bilstm", "Named config (see dense_rnn/configs/).")
 flags.DEFINE_string("dataset", "sst2", "Dataset name: mr, sst1, sst2, subj, trec, "
                     "sst1_phrases, sst2_phrases, or one another family registered.")
-flags.DEFINE_string("data_dir", DEFAULT_DATA_DIR, "Root holding mr/, sst/, subj/, trec/.")
+flags.DEFINE_string("data_dir", DEFAULT_DATA_DIR,
+                    "Root holding mr/, sst/, subj/, trec/, imdb/, ag_news/ (and glove/).")
 flags.DEFINE_string("hf_dataset", None, "Read --dataset from this Hugging Face hub dataset "
                     "(or local dataset directory) instead of --data_dir, e.g. fancyzhx/ag_news "
                     "for --dataset=ag; BUILD.md lists one per dataset.")
@@ -114,8 +115,10 @@ def resolve_config() -> tuple[ClassifierConfig, ModuleType]:
         from dense_rnn.data.glove import glove_dim
 
         config = dataclasses.replace(config, embed_size=glove_dim(FLAGS.embeddings))
+    from dense_rnn import precision
     from dense_rnn.train import classify  # after the checks above: keeps their errors fast
 
+    precision.compute_dtype(config.compute_dtype)  # an unknown name: the error now, not later
     try:
         classify.num_params_without_embedding(config, num_classes=2)  # builds the model
     except (ValueError, TypeError) as e:

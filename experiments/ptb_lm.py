@@ -86,8 +86,10 @@ def run() -> None:
     if FLAGS.mode != "train":
         infer(FLAGS.workdir or os.path.join("workdirs", config.name))
         return
+    from dense_rnn import precision
     from dense_rnn.train import lm  # after flag parsing: keeps --help and errors fast
 
+    precision.compute_dtype(config.compute_dtype)  # an unknown name: the error now, not later
     if FLAGS.dry_run:
         for k, v in config.to_dict().items():
             print(f"{k}={v}")

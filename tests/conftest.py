@@ -16,11 +16,13 @@ DATA_DIR = os.environ.get("DENSE_RNN_DATA_DIR", DEFAULT_DATA_DIR)
 def pytest_configure(config):
     """The tests and the binaries they start share one compilation cache made for this
     session (never the user's ``~/.cache``): a step compiled once is loaded after that."""
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="dense_rnn_test_jax_")
+    config.compilation_cache_dir = tempfile.mkdtemp(prefix="dense_rnn_test_jax_")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = config.compilation_cache_dir
 
 
 def pytest_unconfigure(config):
-    shutil.rmtree(os.environ.pop("JAX_COMPILATION_CACHE_DIR", ""), ignore_errors=True)
+    os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
+    shutil.rmtree(config.compilation_cache_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -36,7 +36,8 @@ def test_restore_and_restore_best_refuse_another_structure_alike(tmp_path):
     ckpt.save_best(3, {"w": np.zeros(3, np.float32)}, {"dev": 0.5})
     ckpt.close()
     other = {"w": np.zeros(3, np.float32), "b": np.zeros(2, np.float32)}
-    with pytest.raises(UserError, match=r"checkpoint .*/checkpoints/3 does not fit this config"):
-        checkpoint.Checkpointer(str(tmp_path), {}).restore(other)
+    with (pytest.raises(UserError, match=r"checkpoint .*/checkpoints/3 does not fit this config"),
+          checkpoint.Checkpointer(str(tmp_path), {}) as ckpt):
+        ckpt.restore(other)
     with pytest.raises(UserError, match=r"checkpoint .*/best/3 does not fit this config"):
         checkpoint.load_best(str(tmp_path), {}, other, "after the first epoch")

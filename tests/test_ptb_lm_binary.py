@@ -12,6 +12,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from dense_rnn import cli
 from dense_rnn.configs.ptb import CONFIGS
 from dense_rnn.train import lm
 from tests.conftest import REPO
@@ -174,6 +175,26 @@ def test_killed_run_resumes_exactly(corpus_dir, tmp_path):
     assert read_records(tmp_path / "killed") == read_records(tmp_path / "clean")
 
 
+def test_ctrl_c_says_how_to_resume_and_finishes_its_saves(corpus_dir, tmp_path):
+    """SIGINT (Ctrl-C) mid-run: one line and status 130, no checkpoint left half-written."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "experiments.ptb_lm", f"--workdir={tmp_path}",
+         f"--data_dir={corpus_dir}", "--config=tiny", "--vocab_size=60", "--max_epochs=1",
+         "--checkpoint_every_steps=5", "--log_every_steps=1000"],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    ckpts = tmp_path / "checkpoints"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (
+        ckpts.exists() and any(p.name.isdigit() and int(p.name) >= 10 for p in ckpts.iterdir())
+    ):
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert stderr.strip().splitlines() == [f"interrupted; {cli.RESUME_HINT}"]
+    assert all(p.name.isdigit() for p in ckpts.iterdir())  # no orbax temporary left
+
+
 def one_line_error(result, match):
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
@@ -185,6 +206,8 @@ def test_dry_run_reads_no_data():
     assert r.returncode == 0
     assert "num_params=14253200" in r.stdout.splitlines()
     assert "connectivity=dense" in r.stdout.splitlines()
+    one_line_error(run_binary("--dry_run", "--compute_dtype=float16"),
+                   "--compute_dtype=float16: use one of float32, bfloat16")
 
 
 def test_bad_inputs(corpus_dir, tmp_path):

@@ -365,7 +365,7 @@ def test_killed_run_resumes_exactly(tmp_path):
     killed.send_signal(signal.SIGKILL)
     assert killed.wait() == -signal.SIGKILL, "the run ended before it could be killed"
     out = _classify(*args, f"--workdir={tmp_path}/killed").stdout
-    resumed = re.search(r"resumed from .*/checkpoints/(\d+): epoch 0, step (\d+) of", out)
+    resumed = re.search(r"resumed from .*/checkpoints/(\d+) at epoch 1 step (\d+)\b", out)
     assert resumed and int(resumed[1]) == int(resumed[2]) > 0, out  # mid-epoch 1
     assert clean.wait(timeout=120) == 0, (tmp_path / "clean.err").read_text()
     for workdir in ("clean", "killed"):

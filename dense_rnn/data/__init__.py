@@ -2,6 +2,6 @@
 
 import os
 
-# <checkout>/../shared/data: mr/, sst/, subj/, trec/, ptb/, glove/, ...
+# <checkout>/../shared/data: mr/, sst/, subj/, trec/, imdb/, ag_news/, ptb/, glove/
 DEFAULT_DATA_DIR = os.path.normpath(
     os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data"))

@@ -59,6 +59,10 @@ def clean_str_html(s: str) -> str:
     return clean_str(s.replace("<br />", " "))
 
 
+# The dataset directories a --data_dir holds (``../shared/data``'s layout).
+DATA_DIRS = "mr/, sst/, subj/, trec/, imdb/, ag_news/"
+
+
 def read_lines(path: str, encoding: str, what: str = "data file",
                hint: str = "") -> list[tuple[int, str]]:
     """``(line number, line)`` of every non-blank line of a text file, as a ``UserError``
@@ -66,8 +70,7 @@ def read_lines(path: str, encoding: str, what: str = "data file",
     (default: a dataset file, found under --data_dir)."""
     if not os.path.isfile(path):
         raise UserError(f"{what} {path} not found; " + (
-            hint or "pass --data_dir=DIR holding the dataset directories (mr/, sst/, subj/, "
-            "trec/)"))
+            hint or f"pass --data_dir=DIR holding the dataset directories ({DATA_DIRS})"))
     try:
         with open(path, encoding=encoding) as f:
             text = f.read()

@@ -3,14 +3,18 @@
 A workdir holds ``checkpoints/<step>/`` (the latest training states, for resume) and
 ``best/<step>/`` (the parameters with the best validation metric). Orbax writes each
 checkpoint to a temporary directory and renames it when complete, so a run killed while
-saving leaves the previous checkpoint intact.
+saving leaves the previous checkpoint intact. Ctrl-C waits until a save is under way, and
+closing the ``Checkpointer`` on the way out lets it finish.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Callable
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -18,6 +22,24 @@ import orbax.checkpoint as ocp
 
 from dense_rnn.errors import UserError
 from dense_rnn.files import atomic_write
+
+
+@contextlib.contextmanager
+def _interrupt_after() -> Iterator[None]:
+    """Holds back Ctrl-C (SIGINT) until the block has run, then raises it. Orbax starts a
+    save on threads of its own; cut off half-way, the save is neither finished by
+    ``close()`` nor abandoned quietly at interpreter exit."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received:
+        raise KeyboardInterrupt
 
 
 def _manager(path: str, max_to_keep: int) -> ocp.CheckpointManager:
@@ -45,7 +67,7 @@ def read_identity(workdir: str) -> dict[str, Any] | None:
 
 
 class Checkpointer:
-    """Latest and best checkpoints of one run.
+    """Latest and best checkpoints of one run; a context manager that closes them.
 
     ``identity`` is the part of the config that must not change across a resume (the
     model and its data); a workdir written under another identity is refused. The identity
@@ -88,16 +110,10 @@ class Checkpointer:
     def check_unchanged(self, path: str, load: Callable[[str], Any], current: Any,
                         problem: str) -> None:
         """Refuses to resume on other data: when the workdir holds a checkpoint and the file
-        at ``path`` (as ``load`` reads it) differs from ``current``, closes and raises
-        ``UserError(problem)``; a ``UserError`` of ``load`` also closes."""
-        if self.latest_step() is None or not os.path.isfile(path):
-            return
-        try:
-            if load(path) != current:
-                raise UserError(problem)
-        except UserError:
-            self.close()
-            raise
+        at ``path`` (as ``load`` reads it) differs from ``current``, raises
+        ``UserError(problem)``."""
+        if self.latest_step() is not None and os.path.isfile(path) and load(path) != current:
+            raise UserError(problem)
 
     def latest_step(self) -> int | None:
         """The step of the latest checkpoint, or None before the first."""
@@ -106,11 +122,12 @@ class Checkpointer:
     def _save(self, manager: ocp.CheckpointManager, step: int, args: ocp.args.Composite) -> None:
         """Saves ``step``, replacing a checkpoint of that step: a run killed after its best
         checkpoint of step S but before its latest one replays that epoch and saves S again."""
-        self._write_identity()
-        if step in manager.all_steps():
-            manager.wait_until_finished()
-            manager.delete(step)
-        manager.save(step, args=args, force=True)
+        with _interrupt_after():
+            self._write_identity()
+            if step in manager.all_steps():
+                manager.wait_until_finished()
+                manager.delete(step)
+            manager.save(step, args=args, force=True)
 
     def save(self, step: int, state: Any, meta: dict[str, Any]) -> None:
         """Saves the training ``state`` and its metadata as the latest checkpoint of ``step``."""
@@ -129,7 +146,6 @@ class Checkpointer:
         try:
             out = manager.restore(step, args=ocp.args.Composite(**args))
         except (ValueError, KeyError, FileNotFoundError) as e:
-            self.close()
             raise UserError(
                 f"checkpoint {self.workdir}/{manager.directory.name}/{step} does not fit this "
                 f"config ({type(e).__name__}); use a new --workdir"
@@ -159,15 +175,20 @@ class Checkpointer:
         self._latest.close()
         self._best.close()
 
+    def __enter__(self) -> Checkpointer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Closes, also when the run stops on an error or an interrupt (Ctrl-C): a save in
+        flight finishes rather than being cut off at interpreter exit."""
+        self.close()
+
 
 def load_best(workdir: str, identity: dict[str, Any], like: Any, written: str) -> Any:
     """The best parameters of the run in ``workdir`` (structured like ``like``), for
     inference; ``written`` says when training writes them, for the error without any."""
-    ckpt = Checkpointer(workdir, identity)
-    try:
+    with Checkpointer(workdir, identity) as ckpt:
         best = ckpt.restore_best(like)
-    finally:
-        ckpt.close()
     if best is None:
         raise UserError(f"no checkpoint in {workdir}/best (written {written}); train longer "
                         "or pass another --workdir")

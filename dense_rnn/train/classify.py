@@ -210,107 +210,106 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
     """Trains ``c`` on one train/dev/test split (resuming from ``workdir``); returns its
     record: dev/test accuracies, epochs, parameter counts, wall time."""
     wall_start = time.time()
-    ckpt = checkpoint.Checkpointer(workdir, identity)
-    vocab_path = os.path.join(workdir, tc.VOCAB_FILE)  # for classify_infer
-    ckpt.check_unchanged(vocab_path, tc.Vocab.load, data.vocab,
-                         f"{workdir} holds a run trained on another vocabulary (its "
-                         f"{tc.VOCAB_FILE} differs from this data's); use a new --workdir "
-                         "or the run's original data")
-    data.vocab.save(vocab_path)
-    model = make_model(c, len(data.vocab.words), num_classes)
-    params = init_params(model, jax.random.key(c.seed))
-    if data.embeddings is not None:
-        params = {**params, "embed": {"embedding": jnp.asarray(data.embeddings)}}
-    tx = make_optimizer(c, params)
-    mesh = parallel.make_mesh(c.num_devices)
-    parallel.check_batch(c.batch_size, mesh)
-    state = parallel.put({"params": params, "opt_state": tx.init(params)},
-                         parallel.replicated(mesh))
-    progress = Progress()
-    restored = ckpt.restore(state)
-    if restored is not None:
-        state, meta = restored
-        progress = Progress(**meta["progress"])
-        log(f"resumed from {workdir}/checkpoints/{progress.global_step}: epoch "
-            f"{progress.epoch}, step {progress.step_in_epoch} of the next")
-    n_total = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state["params"]))
-    n_embed = int(np.prod(state["params"]["embed"]["embedding"].shape))
-    train_step, eval_step = make_steps(model, tx, c, mesh)
-    writer = metrics.MetricsWriter(workdir, progress.global_step)
-    steps_per_epoch = -(-len(data.ids["train"]) // c.batch_size)
-    wall_before = progress.wall_seconds
-    live = sys.stdout.isatty()  # a live step counter on terminals only
-    log(f"{title}: {n_total - n_embed:,} parameters + {n_embed:,} embedding, "
-        f"{steps_per_epoch} steps/epoch, device {metrics.device_description()}, data "
-        f"parallel over {mesh.size}, {c.compute_dtype} compute")
+    with checkpoint.Checkpointer(workdir, identity) as ckpt:
+        vocab_path = os.path.join(workdir, tc.VOCAB_FILE)  # for classify_infer
+        ckpt.check_unchanged(vocab_path, tc.Vocab.load, data.vocab,
+                             f"{workdir} holds a run trained on another vocabulary (its "
+                             f"{tc.VOCAB_FILE} differs from this data's); use a new --workdir "
+                             "or the run's original data")
+        data.vocab.save(vocab_path)
+        model = make_model(c, len(data.vocab.words), num_classes)
+        params = init_params(model, jax.random.key(c.seed))
+        if data.embeddings is not None:
+            params = {**params, "embed": {"embedding": jnp.asarray(data.embeddings)}}
+        tx = make_optimizer(c, params)
+        mesh = parallel.make_mesh(c.num_devices)
+        parallel.check_batch(c.batch_size, mesh)
+        state = parallel.put({"params": params, "opt_state": tx.init(params)},
+                             parallel.replicated(mesh))
+        progress = Progress()
+        restored = ckpt.restore(state)
+        if restored is not None:
+            state, meta = restored
+            progress = Progress(**meta["progress"])
+            log(f"resumed from {workdir}/checkpoints/{progress.global_step} at epoch "
+                f"{progress.epoch + 1} step {progress.step_in_epoch}")
+        n_total = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state["params"]))
+        n_embed = int(np.prod(state["params"]["embed"]["embedding"].shape))
+        train_step, eval_step = make_steps(model, tx, c, mesh)
+        writer = metrics.MetricsWriter(workdir, progress.global_step)
+        steps_per_epoch = -(-len(data.ids["train"]) // c.batch_size)
+        wall_before = progress.wall_seconds
+        live = sys.stdout.isatty()  # a live step counter on terminals only
+        log(f"{title}: {n_total - n_embed:,} parameters + {n_embed:,} embedding, "
+            f"{steps_per_epoch} steps/epoch, device {metrics.device_description()}, data "
+            f"parallel over {mesh.size}, {c.compute_dtype} compute")
 
-    n_train = len(data.ids["train"])
+        n_train = len(data.ids["train"])
 
-    def save() -> None:
-        progress.wall_seconds = wall_before + time.time() - wall_start
-        jax.block_until_ready(state)
-        ckpt.save(progress.global_step, state,
-                  {"progress": dataclasses.asdict(progress), "config": c.to_dict()})
+        def save() -> None:
+            progress.wall_seconds = wall_before + time.time() - wall_start
+            jax.block_until_ready(state)
+            ckpt.save(progress.global_step, state,
+                      {"progress": dataclasses.asdict(progress), "config": c.to_dict()})
 
-    def check_finite(ce_sum: float) -> None:
-        metrics.check_finite(ce_sum / n_train, f"in epoch {progress.epoch + 1}", workdir,
-                             ckpt.latest_step() is not None, RESUMABLE_FIELDS)
+        def check_finite(ce_sum: float) -> None:
+            metrics.check_finite(ce_sum / n_train, f"in epoch {progress.epoch + 1}", workdir,
+                                 ckpt.latest_step() is not None, RESUMABLE_FIELDS)
 
-    while not progress.done and progress.epoch < c.max_epochs:
-        rng = np.random.default_rng([c.seed, progress.epoch])
-        ce_sum = jnp.asarray(progress.epoch_ce_sum, jnp.float32)
-        correct = jnp.asarray(progress.epoch_correct, jnp.float32)
-        t0 = time.time()
-        todo = itertools.islice(tc.batches(data.ids["train"], data.labels["train"],
-                                           c.batch_size, rng), progress.step_in_epoch, None)
-        for batch in todo:
-            state["params"], state["opt_state"], ce, ok = train_step(
-                state["params"], state["opt_state"],
-                parallel.put(batch, parallel.batch_sharded(mesh)), progress.global_step)
-            ce_sum, correct = ce_sum + ce, correct + ok
-            progress.global_step += 1
-            progress.step_in_epoch += 1
-            i = progress.step_in_epoch
-            if live and (i % 10 == 0 or i == steps_per_epoch):
-                print(f"\r{title} epoch {progress.epoch + 1}/{c.max_epochs} step "
-                      f"{i}/{steps_per_epoch} {time.time() - t0:.0f}s", end="", flush=True)
-            if (c.checkpoint_every_steps and i < steps_per_epoch
-                    and progress.global_step % c.checkpoint_every_steps == 0):
-                progress.epoch_ce_sum, progress.epoch_correct = float(ce_sum), float(correct)
-                check_finite(progress.epoch_ce_sum)
-                save()
-        if live:
-            print("\r", end="")
-        check_finite(float(ce_sum))
-        loss = float(ce_sum) / n_train
-        progress.epoch += 1
-        progress.step_in_epoch, progress.epoch_ce_sum, progress.epoch_correct = 0, 0.0, 0.0
-        dev = accuracy(eval_step, state["params"], data.ids["dev"], data.labels["dev"],
-                       c.batch_size, mesh)
-        test = accuracy(eval_step, state["params"], data.ids["test"], data.labels["test"],
-                        c.batch_size, mesh)
-        if dev > progress.best_dev:
-            progress.best_dev, progress.best_dev_epoch = dev, progress.epoch
-            progress.test_at_best_dev, progress.bad_epochs = test, 0
-            ckpt.save_best(progress.global_step, state["params"], {"dev_accuracy": dev})
-        else:
-            progress.bad_epochs += 1
-        if test > progress.best_test:
-            progress.best_test, progress.best_test_epoch = test, progress.epoch
-        if c.early_stopping_patience and progress.bad_epochs >= c.early_stopping_patience:
-            progress.done = True
-        writer.write({"step": progress.global_step, "epoch": progress.epoch, "train_loss": loss,
-                      "train_accuracy": float(correct) / n_train, "dev_accuracy": dev,
-                      "test_accuracy": test, "epoch_seconds": time.time() - t0})
-        log(f"{title} epoch {progress.epoch}: loss {loss:.4f} train acc "
-            f"{float(correct) / n_train:.4f} dev acc {dev:.4f} test acc {test:.4f} "
-            f"({time.time() - t0:.0f}s)" + (" early stop" if progress.done else ""))
-        save()
-    ckpt.wait()
-    metrics.plot_curves(writer.records, ["train_accuracy", "dev_accuracy", "test_accuracy"],
-                        os.path.join(workdir, "curves.png"), title)
-    writer.close()
-    ckpt.close()
+        while not progress.done and progress.epoch < c.max_epochs:
+            rng = np.random.default_rng([c.seed, progress.epoch])
+            ce_sum = jnp.asarray(progress.epoch_ce_sum, jnp.float32)
+            correct = jnp.asarray(progress.epoch_correct, jnp.float32)
+            t0 = time.time()
+            todo = itertools.islice(tc.batches(data.ids["train"], data.labels["train"],
+                                               c.batch_size, rng), progress.step_in_epoch, None)
+            for batch in todo:
+                state["params"], state["opt_state"], ce, ok = train_step(
+                    state["params"], state["opt_state"],
+                    parallel.put(batch, parallel.batch_sharded(mesh)), progress.global_step)
+                ce_sum, correct = ce_sum + ce, correct + ok
+                progress.global_step += 1
+                progress.step_in_epoch += 1
+                i = progress.step_in_epoch
+                if live and (i % 10 == 0 or i == steps_per_epoch):
+                    print(f"\r{title} epoch {progress.epoch + 1}/{c.max_epochs} step "
+                          f"{i}/{steps_per_epoch} {time.time() - t0:.0f}s", end="", flush=True)
+                if (c.checkpoint_every_steps and i < steps_per_epoch
+                        and progress.global_step % c.checkpoint_every_steps == 0):
+                    progress.epoch_ce_sum, progress.epoch_correct = float(ce_sum), float(correct)
+                    check_finite(progress.epoch_ce_sum)
+                    save()
+            if live:
+                print("\r", end="")
+            check_finite(float(ce_sum))
+            loss = float(ce_sum) / n_train
+            progress.epoch += 1
+            progress.step_in_epoch, progress.epoch_ce_sum, progress.epoch_correct = 0, 0.0, 0.0
+            dev = accuracy(eval_step, state["params"], data.ids["dev"], data.labels["dev"],
+                           c.batch_size, mesh)
+            test = accuracy(eval_step, state["params"], data.ids["test"], data.labels["test"],
+                            c.batch_size, mesh)
+            if dev > progress.best_dev:
+                progress.best_dev, progress.best_dev_epoch = dev, progress.epoch
+                progress.test_at_best_dev, progress.bad_epochs = test, 0
+                ckpt.save_best(progress.global_step, state["params"], {"dev_accuracy": dev})
+            else:
+                progress.bad_epochs += 1
+            if test > progress.best_test:
+                progress.best_test, progress.best_test_epoch = test, progress.epoch
+            if c.early_stopping_patience and progress.bad_epochs >= c.early_stopping_patience:
+                progress.done = True
+            writer.write({"step": progress.global_step, "epoch": progress.epoch, "train_loss": loss,
+                          "train_accuracy": float(correct) / n_train, "dev_accuracy": dev,
+                          "test_accuracy": test, "epoch_seconds": time.time() - t0})
+            log(f"{title} epoch {progress.epoch}: loss {loss:.4f} train acc "
+                f"{float(correct) / n_train:.4f} dev acc {dev:.4f} test acc {test:.4f} "
+                f"({time.time() - t0:.0f}s)" + (" early stop" if progress.done else ""))
+            save()
+        ckpt.wait()
+        metrics.plot_curves(writer.records, ["train_accuracy", "dev_accuracy", "test_accuracy"],
+                            os.path.join(workdir, "curves.png"), title)
+        writer.close()
     return {
         "dev_accuracy": progress.best_dev, "best_dev_epoch": progress.best_dev_epoch,
         "test_accuracy_at_best_dev": progress.test_at_best_dev,
@@ -338,7 +337,7 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
                         "local files); drop --hf_dataset and pass --data_dir")
     if not hf_dataset and not os.path.isdir(data_dir):
         raise UserError(f"data directory {data_dir} not found; pass --data_dir=DIR holding "
-                        "mr/, sst/, subj/, trec/")
+                        f"{tc.DATA_DIRS}")
     if max_len < 0:
         raise UserError(f"--max_len={max_len}: give a positive token count, or 0 for no limit")
     fold_ids = folds if folds is not None else list(range(spec.num_folds or 1))

@@ -191,152 +191,152 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
     if len(corpus.vocab) > c.vocab_size:
         raise UserError(f"the corpus has {len(corpus.vocab)} word types but the config's "
                         f"vocab_size is {c.vocab_size}; pass --vocab_size={len(corpus.vocab)}")
-    ckpt = checkpoint.Checkpointer(workdir, identity)
-    vocab_path = os.path.join(workdir, ptb.VOCAB_FILE)  # for lm_infer
-    ckpt.check_unchanged(vocab_path, ptb.read_vocab, corpus.vocab,
-                         f"{workdir} was trained on another corpus (its {ptb.VOCAB_FILE} "
-                         "differs from this --data_dir's vocabulary); pass the run's "
-                         "--data_dir or use a new --workdir")
-    ptb.write_vocab(vocab_path, corpus.vocab)
-    model = make_model(c)
-    mesh = parallel.make_mesh(c.num_devices)
-    parallel.check_batch(c.batch_size, mesh)
-    replicated, batch_sharded = parallel.replicated(mesh), parallel.batch_sharded(mesh)
-    compute_dtype = precision.compute_dtype(c.compute_dtype)
-    train_streams = ptb.batchify(corpus.train, c.batch_size)
-    steps_per_epoch = ptb.num_windows(train_streams, c.num_steps, drop_remainder=True)
-    if steps_per_epoch < 1:
-        raise UserError(f"the training split is too short for batch {c.batch_size} x "
-                        f"num_steps {c.num_steps}")
-    tx = make_optimizer(c, steps_per_epoch)
-    params = init_params(c, jax.random.key(c.seed))
-    state = {"params": parallel.put(params, replicated),
-             "opt_state": parallel.put(tx.init(params), replicated),
-             "carries": parallel.put(model.zero_carries(c.batch_size), batch_sharded)}
-    restored = ckpt.restore(state)
-    progress = Progress()
-    if restored is not None:
-        state, meta = restored
-        progress = Progress(**meta["progress"])
-        log(f"resumed from {workdir}/checkpoints/{progress.global_step}: epoch "
-            f"{progress.epoch}, step {progress.step_in_epoch}/{steps_per_epoch} of the next")
-    n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state["params"]))
-    log(f"config {c.name}: {n_params:,} parameters, {steps_per_epoch} steps/epoch, "
-        f"device {metrics.device_description()}, data parallel over {mesh.size}, "
-        f"{c.compute_dtype} compute")
-    writer = metrics.MetricsWriter(workdir, progress.global_step)
-    train_step = make_train_step(model, tx, c.seed, compute_dtype, mesh)
-    eval_step = make_eval_step(model, compute_dtype)
+    with checkpoint.Checkpointer(workdir, identity) as ckpt:
+        vocab_path = os.path.join(workdir, ptb.VOCAB_FILE)  # for lm_infer
+        ckpt.check_unchanged(vocab_path, ptb.read_vocab, corpus.vocab,
+                             f"{workdir} was trained on another corpus (its {ptb.VOCAB_FILE} "
+                             "differs from this --data_dir's vocabulary); pass the run's "
+                             "--data_dir or use a new --workdir")
+        ptb.write_vocab(vocab_path, corpus.vocab)
+        model = make_model(c)
+        mesh = parallel.make_mesh(c.num_devices)
+        parallel.check_batch(c.batch_size, mesh)
+        replicated, batch_sharded = parallel.replicated(mesh), parallel.batch_sharded(mesh)
+        compute_dtype = precision.compute_dtype(c.compute_dtype)
+        train_streams = ptb.batchify(corpus.train, c.batch_size)
+        steps_per_epoch = ptb.num_windows(train_streams, c.num_steps, drop_remainder=True)
+        if steps_per_epoch < 1:
+            raise UserError(f"the training split is too short for batch {c.batch_size} x "
+                            f"num_steps {c.num_steps}")
+        tx = make_optimizer(c, steps_per_epoch)
+        params = init_params(c, jax.random.key(c.seed))
+        state = {"params": parallel.put(params, replicated),
+                 "opt_state": parallel.put(tx.init(params), replicated),
+                 "carries": parallel.put(model.zero_carries(c.batch_size), batch_sharded)}
+        restored = ckpt.restore(state)
+        progress = Progress()
+        if restored is not None:
+            state, meta = restored
+            progress = Progress(**meta["progress"])
+            log(f"resumed from {workdir}/checkpoints/{progress.global_step} at epoch "
+                f"{progress.epoch + 1} step {progress.step_in_epoch}/{steps_per_epoch}")
+        n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state["params"]))
+        log(f"config {c.name}: {n_params:,} parameters, {steps_per_epoch} steps/epoch, "
+            f"device {metrics.device_description()}, data parallel over {mesh.size}, "
+            f"{c.compute_dtype} compute")
+        writer = metrics.MetricsWriter(workdir, progress.global_step)
+        train_step = make_train_step(model, tx, c.seed, compute_dtype, mesh)
+        eval_step = make_eval_step(model, compute_dtype)
 
-    wall_before = progress.wall_seconds
+        wall_before = progress.wall_seconds
 
-    def save() -> None:
-        progress.wall_seconds = wall_before + time.time() - wall_start
-        jax.block_until_ready(state)
-        ckpt.save(progress.global_step, state,
-                  {"progress": dataclasses.asdict(progress), "config": c.to_dict()})
+        def save() -> None:
+            progress.wall_seconds = wall_before + time.time() - wall_start
+            jax.block_until_ready(state)
+            ckpt.save(progress.global_step, state,
+                      {"progress": dataclasses.asdict(progress), "config": c.to_dict()})
 
-    def valid_and_record() -> bool:
-        ppl = evaluate(model, eval_step, state["params"], corpus.valid, c.eval_batch_size,
-                       c.num_steps, mesh)
-        train_ppl = perplexity(progress.epoch_nll / max(progress.epoch_tokens, 1))
-        lr = float(learning_rate_schedule(c, steps_per_epoch)(max(progress.global_step - 1, 0)))
-        epoch = progress.epoch + progress.step_in_epoch / steps_per_epoch
-        writer.write({"step": progress.global_step, "epoch": round(epoch, 4),
-                      "train_ppl": train_ppl, "valid_ppl": ppl, "learning_rate": lr})
-        log(f"epoch {epoch:.2f} step {progress.global_step}: train ppl {train_ppl:.2f} "
-            f"valid ppl {ppl:.2f} lr {lr:.4g}")
-        if ppl < progress.best_valid_ppl:
-            progress.best_valid_ppl, progress.best_epoch = ppl, progress.epoch
-            ckpt.save_best(progress.global_step, state["params"], {"valid_ppl": ppl})
-            return True
-        return False
+        def valid_and_record() -> bool:
+            ppl = evaluate(model, eval_step, state["params"], corpus.valid, c.eval_batch_size,
+                           c.num_steps, mesh)
+            train_ppl = perplexity(progress.epoch_nll / max(progress.epoch_tokens, 1))
+            lr = float(learning_rate_schedule(c, steps_per_epoch)(max(progress.global_step - 1, 0)))
+            epoch = progress.epoch + progress.step_in_epoch / steps_per_epoch
+            writer.write({"step": progress.global_step, "epoch": round(epoch, 4),
+                          "train_ppl": train_ppl, "valid_ppl": ppl, "learning_rate": lr})
+            log(f"epoch {epoch:.2f} step {progress.global_step}: train ppl {train_ppl:.2f} "
+                f"valid ppl {ppl:.2f} lr {lr:.4g}")
+            if ppl < progress.best_valid_ppl:
+                progress.best_valid_ppl, progress.best_epoch = ppl, progress.epoch
+                ckpt.save_best(progress.global_step, state["params"], {"valid_ppl": ppl})
+                return True
+            return False
 
-    tokens_per_step = c.batch_size * c.num_steps
-    compiled = False
-    stop = progress.done or (c.max_steps > 0 and progress.global_step >= c.max_steps)
-    while not stop and progress.epoch < c.max_epochs:
-        if progress.step_in_epoch == 0:
-            state["carries"] = parallel.put(model.zero_carries(c.batch_size), batch_sharded)
-            progress.epoch_nll, progress.epoch_tokens = 0.0, 0
-        pending_nll, pending_steps, timed_steps, t0 = jnp.zeros(()), 0, 0, time.time()
-        while progress.step_in_epoch < steps_per_epoch and not stop:
-            x, y = parallel.put(ptb.window(train_streams, progress.step_in_epoch, c.num_steps),
-                                batch_sharded)
-            state["params"], state["opt_state"], state["carries"], nll = train_step(
-                state["params"], state["opt_state"], state["carries"], x, y,
-                progress.global_step)
-            pending_nll, pending_steps = pending_nll + nll, pending_steps + 1
-            progress.step_in_epoch += 1
-            progress.global_step += 1
-            if not compiled:  # the first step compiles: keep it out of the throughput
-                jax.block_until_ready(nll)
-                compiled, t0 = True, time.time()
-            else:
-                timed_steps += 1
-            stop = bool(c.max_steps) and progress.global_step >= c.max_steps
-            at_log = progress.global_step % c.log_every_steps == 0
-            at_ckpt = bool(c.checkpoint_every_steps) and (
-                progress.global_step % c.checkpoint_every_steps == 0)
-            if not (at_log or at_ckpt or stop or progress.step_in_epoch == steps_per_epoch):
-                continue
-            value = float(pending_nll)  # waits for the device
-            metrics.check_finite(value, f"at step {progress.global_step}", workdir,
-                                 ckpt.latest_step() is not None, RESUMABLE_FIELDS)
-            dt = time.time() - t0
-            progress.train_seconds += dt
-            progress.train_tokens += timed_steps * tokens_per_step
-            progress.epoch_nll += value
-            progress.epoch_tokens += pending_steps * tokens_per_step
-            if at_log:
-                rate = timed_steps * tokens_per_step / max(dt, 1e-9)
-                left = (c.max_epochs - progress.epoch) * steps_per_epoch - progress.step_in_epoch
-                if c.max_steps:
-                    left = min(left, c.max_steps - progress.global_step)
-                eta = _format_eta(left * tokens_per_step / rate) if rate else "?"
-                log(f"epoch {progress.epoch + 1} step {progress.step_in_epoch}/"
-                    f"{steps_per_epoch} loss {value / (pending_steps * c.batch_size):.3f} "
-                    f"ppl {perplexity(value / (pending_steps * tokens_per_step)):.2f} "
-                    f"{rate:,.0f} tok/s ETA {eta}")
-            if at_ckpt and not stop and progress.step_in_epoch < steps_per_epoch:
-                save()
+        tokens_per_step = c.batch_size * c.num_steps
+        compiled = False
+        stop = progress.done or (c.max_steps > 0 and progress.global_step >= c.max_steps)
+        while not stop and progress.epoch < c.max_epochs:
+            if progress.step_in_epoch == 0:
+                state["carries"] = parallel.put(model.zero_carries(c.batch_size), batch_sharded)
+                progress.epoch_nll, progress.epoch_tokens = 0.0, 0
             pending_nll, pending_steps, timed_steps, t0 = jnp.zeros(()), 0, 0, time.time()
-        if progress.step_in_epoch == steps_per_epoch:
-            progress.epoch += 1
-            progress.step_in_epoch = 0
-            improved = valid_and_record()
-            progress.bad_epochs = 0 if improved else progress.bad_epochs + 1
-            if c.early_stopping_patience and progress.bad_epochs >= c.early_stopping_patience:
-                log(f"early stopping: no better valid ppl for {progress.bad_epochs} epochs")
-                progress.done = stop = True
-        else:  # stopped mid-epoch by max_steps
-            valid_and_record()
-        save()
+            while progress.step_in_epoch < steps_per_epoch and not stop:
+                x, y = parallel.put(ptb.window(train_streams, progress.step_in_epoch, c.num_steps),
+                                    batch_sharded)
+                state["params"], state["opt_state"], state["carries"], nll = train_step(
+                    state["params"], state["opt_state"], state["carries"], x, y,
+                    progress.global_step)
+                pending_nll, pending_steps = pending_nll + nll, pending_steps + 1
+                progress.step_in_epoch += 1
+                progress.global_step += 1
+                if not compiled:  # the first step compiles: keep it out of the throughput
+                    jax.block_until_ready(nll)
+                    compiled, t0 = True, time.time()
+                else:
+                    timed_steps += 1
+                stop = bool(c.max_steps) and progress.global_step >= c.max_steps
+                at_log = progress.global_step % c.log_every_steps == 0
+                at_ckpt = bool(c.checkpoint_every_steps) and (
+                    progress.global_step % c.checkpoint_every_steps == 0)
+                if not (at_log or at_ckpt or stop or progress.step_in_epoch == steps_per_epoch):
+                    continue
+                value = float(pending_nll)  # waits for the device
+                metrics.check_finite(value, f"at step {progress.global_step}", workdir,
+                                     ckpt.latest_step() is not None, RESUMABLE_FIELDS)
+                dt = time.time() - t0
+                progress.train_seconds += dt
+                progress.train_tokens += timed_steps * tokens_per_step
+                progress.epoch_nll += value
+                progress.epoch_tokens += pending_steps * tokens_per_step
+                if at_log:
+                    rate = timed_steps * tokens_per_step / max(dt, 1e-9)
+                    left = ((c.max_epochs - progress.epoch) * steps_per_epoch
+                            - progress.step_in_epoch)
+                    if c.max_steps:
+                        left = min(left, c.max_steps - progress.global_step)
+                    eta = _format_eta(left * tokens_per_step / rate) if rate else "?"
+                    log(f"epoch {progress.epoch + 1} step {progress.step_in_epoch}/"
+                        f"{steps_per_epoch} loss {value / (pending_steps * c.batch_size):.3f} "
+                        f"ppl {perplexity(value / (pending_steps * tokens_per_step)):.2f} "
+                        f"{rate:,.0f} tok/s ETA {eta}")
+                if at_ckpt and not stop and progress.step_in_epoch < steps_per_epoch:
+                    save()
+                pending_nll, pending_steps, timed_steps, t0 = jnp.zeros(()), 0, 0, time.time()
+            if progress.step_in_epoch == steps_per_epoch:
+                progress.epoch += 1
+                progress.step_in_epoch = 0
+                improved = valid_and_record()
+                progress.bad_epochs = 0 if improved else progress.bad_epochs + 1
+                if c.early_stopping_patience and progress.bad_epochs >= c.early_stopping_patience:
+                    log(f"early stopping: no better valid ppl for {progress.bad_epochs} epochs")
+                    progress.done = stop = True
+            else:  # stopped mid-epoch by max_steps
+                valid_and_record()
+            save()
 
-    ckpt.wait()
-    best = ckpt.restore_best(state["params"])
-    best_params = best[0] if best is not None else state["params"]
-    test_ppl = evaluate(model, eval_step, best_params, corpus.test, c.eval_batch_size,
-                        c.num_steps, mesh)
-    log(f"test ppl {test_ppl:.2f} (best valid ppl {progress.best_valid_ppl:.2f}, "
-        f"epoch {progress.best_epoch})")
-    summary = {
-        "config": c.to_dict(), "num_params": n_params,
-        "best_valid_ppl": progress.best_valid_ppl, "test_ppl": test_ppl,
-        "best_epoch": progress.best_epoch, "epochs_completed": progress.epoch,
-        "steps": progress.global_step,
-        "train_tokens_per_second": progress.train_tokens / max(progress.train_seconds, 1e-9),
-        "train_seconds": progress.train_seconds,
-        "wall_seconds": wall_before + time.time() - wall_start,
-        "device": metrics.device_description(), "data_parallel_devices": mesh.size,
-        "versions": metrics.versions(),
-        "paper": {"params": c.paper_params, "valid_ppl": c.paper_valid_ppl,
-                  "test_ppl": c.paper_test_ppl},
-    }
-    metrics.write_json(os.path.join(workdir, "summary.json"), summary)
-    metrics.plot_curves(writer.records, ["train_ppl", "valid_ppl"],
-                        os.path.join(workdir, "curves.png"), f"{c.name} on PTB", log_y=True)
-    writer.close()
-    ckpt.close()
+        ckpt.wait()
+        best = ckpt.restore_best(state["params"])
+        best_params = best[0] if best is not None else state["params"]
+        test_ppl = evaluate(model, eval_step, best_params, corpus.test, c.eval_batch_size,
+                            c.num_steps, mesh)
+        log(f"test ppl {test_ppl:.2f} (best valid ppl {progress.best_valid_ppl:.2f}, "
+            f"epoch {progress.best_epoch})")
+        summary = {
+            "config": c.to_dict(), "num_params": n_params,
+            "best_valid_ppl": progress.best_valid_ppl, "test_ppl": test_ppl,
+            "best_epoch": progress.best_epoch, "epochs_completed": progress.epoch,
+            "steps": progress.global_step,
+            "train_tokens_per_second": progress.train_tokens / max(progress.train_seconds, 1e-9),
+            "train_seconds": progress.train_seconds,
+            "wall_seconds": wall_before + time.time() - wall_start,
+            "device": metrics.device_description(), "data_parallel_devices": mesh.size,
+            "versions": metrics.versions(),
+            "paper": {"params": c.paper_params, "valid_ppl": c.paper_valid_ppl,
+                      "test_ppl": c.paper_test_ppl},
+        }
+        metrics.write_json(os.path.join(workdir, "summary.json"), summary)
+        metrics.plot_curves(writer.records, ["train_ppl", "valid_ppl"],
+                            os.path.join(workdir, "curves.png"), f"{c.name} on PTB", log_y=True)
+        writer.close()
     return summary
 
