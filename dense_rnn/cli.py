@@ -2,23 +2,49 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 
 from absl import app, logging
 
-from dense_rnn.errors import UserError
+from dense_rnn.errors import Interrupted, UserError
 from dense_rnn.platform import enable_compilation_cache, reexec_with_fast_malloc
 
 # What an interrupted binary says: training checkpoints are atomic, and pending saves finish
 # before exit (``Checkpointer`` closes on the way out).
-RESUME_HINT = "run the same command again to resume training from the last checkpoint"
+RESUME_HINT = "run the same command again to resume training"
+STOPPING = "stopping after this step, with a checkpoint (Ctrl-C again: at once)"
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[Callable[[], bool]]:
+    """Turns Ctrl-C (SIGINT) and SIGTERM into a request to stop, for a training loop's
+    ``should_stop``: the loop checkpoints the step it is on and raises ``Interrupted``. The
+    signal itself only sets a flag, so it cannot be lost in a callback that swallows
+    exceptions. A second Ctrl-C interrupts at once."""
+    requested = threading.Event()
+
+    def request(signum: int, frame: object) -> None:
+        if not requested.is_set():
+            print(STOPPING, file=sys.stderr, flush=True)
+        requested.set()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    previous = {s: signal.signal(s, request) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield requested.is_set
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def run_binary(run: Callable[[], None]) -> None:
     """Runs ``run`` as an absl program: fast malloc, the persistent compilation cache,
     parsed flags, bad input reported as one ``error: ...`` line on stderr with exit
-    status 2, and Ctrl-C as one line saying how to resume, exit status 130."""
+    status 2, and an interrupted run as one line saying how to resume, exit status 130."""
     reexec_with_fast_malloc()
     enable_compilation_cache()
 
@@ -29,7 +55,8 @@ def run_binary(run: Callable[[], None]) -> None:
                             "--flag=value (--helpfull lists them)")
         run()
 
-    app.run(lambda argv: _one_line_errors(main, argv, interrupted=f"interrupted; {RESUME_HINT}"))
+    app.run(lambda argv: _one_line_errors(
+        main, argv, interrupted=f"interrupted; {RESUME_HINT} from its last checkpoint"))
 
 
 def run_script(main: Callable[[], object]) -> None:
@@ -42,12 +69,16 @@ def run_script(main: Callable[[], object]) -> None:
 def _one_line_errors(fn: Callable[..., object], *args: object,
                      interrupted: str = "interrupted") -> None:
     """Calls ``fn(*args)``; a ``UserError`` becomes one ``error: ...`` line, exit status 2,
-    and Ctrl-C the line ``interrupted``, exit status 130 (128 + SIGINT)."""
+    and a stop on request (``Interrupted``) or Ctrl-C the line ``interrupted ...``, exit
+    status 130 (128 + SIGINT)."""
     try:
         fn(*args)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    except Interrupted as e:
+        print(f"interrupted: {e}; {RESUME_HINT} from there", file=sys.stderr)
+        sys.exit(130)
     except KeyboardInterrupt:
         print(interrupted, file=sys.stderr)
         sys.exit(130)

@@ -25,7 +25,7 @@ from typing import Any
 
 from absl import flags
 
-from dense_rnn.cli import run_binary
+from dense_rnn.cli import run_binary, stop_on_signals
 from dense_rnn.configs.classifier import ClassifierConfig
 from dense_rnn.configs.families import all_configs, get_config
 from dense_rnn.configs.flags import DEFINE_BY_TYPE, apply_overrides, define_override_flags
@@ -174,15 +174,18 @@ def run() -> None:
                   embeddings=FLAGS.embeddings, oov=FLAGS.oov, select=FLAGS.select, folds=folds,
                   log=lambda s: print(s, flush=True), max_len=FLAGS.max_len,
                   hf_dataset=FLAGS.hf_dataset)
+    rates = None
     if FLAGS.lr_sweep:
         try:
             rates = [float(r) for r in FLAGS.lr_sweep]
         except ValueError:
             raise UserError(f"--lr_sweep={','.join(FLAGS.lr_sweep)}: give learning rates "
                             "like 1e-2,1e-3,1e-4") from None
-        classify.run_lr_sweep(config, rates, workdir, **kwargs)
-    else:
-        classify.run(config, workdir=workdir, **kwargs)
+    with stop_on_signals() as should_stop:
+        if rates is not None:
+            classify.run_lr_sweep(config, rates, workdir, should_stop=should_stop, **kwargs)
+        else:
+            classify.run(config, workdir=workdir, should_stop=should_stop, **kwargs)
 
 
 if __name__ == "__main__":

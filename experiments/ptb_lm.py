@@ -18,7 +18,7 @@ import os
 
 from absl import flags
 
-from dense_rnn.cli import run_binary
+from dense_rnn.cli import run_binary, stop_on_signals
 from dense_rnn.configs import ptb as ptb_configs
 from dense_rnn.configs.flags import apply_overrides, define_override_flags
 from dense_rnn.data import DEFAULT_DATA_DIR
@@ -101,8 +101,9 @@ def run() -> None:
         initialize_distributed()
     workdir = FLAGS.workdir or os.path.join("workdirs", config.name)
     data_dir = None if FLAGS.hf_dataset else resolve_data_dir(FLAGS.data_dir)
-    lm.train_and_evaluate(config, data_dir, workdir, FLAGS.hf_dataset,
-                          log=lambda s: print(s, flush=True))
+    with stop_on_signals() as should_stop:
+        lm.train_and_evaluate(config, data_dir, workdir, FLAGS.hf_dataset,
+                              log=lambda s: print(s, flush=True), should_stop=should_stop)
 
 
 if __name__ == "__main__":

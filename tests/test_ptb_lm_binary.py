@@ -175,13 +175,14 @@ def test_killed_run_resumes_exactly(corpus_dir, tmp_path):
     assert read_records(tmp_path / "killed") == read_records(tmp_path / "clean")
 
 
-def test_ctrl_c_says_how_to_resume_and_finishes_its_saves(corpus_dir, tmp_path):
-    """SIGINT (Ctrl-C) mid-run: one line and status 130, no checkpoint left half-written."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "experiments.ptb_lm", f"--workdir={tmp_path}",
-         f"--data_dir={corpus_dir}", "--config=tiny", "--vocab_size=60", "--max_epochs=1",
-         "--checkpoint_every_steps=5", "--log_every_steps=1000"],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+def test_ctrl_c_checkpoints_the_step_and_says_how_to_resume(corpus_dir, tmp_path):
+    """SIGINT (Ctrl-C) mid-run: the run saves the step it is on, says so in one line (after
+    the line that acknowledges the request), exits with 130, and resumes from that step."""
+    args = [f"--workdir={tmp_path}", f"--data_dir={corpus_dir}", "--config=tiny",
+            "--vocab_size=60", "--max_epochs=1", "--checkpoint_every_steps=5",
+            "--log_every_steps=1000"]
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.ptb_lm", *args], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     ckpts = tmp_path / "checkpoints"
     deadline = time.time() + 120
     while time.time() < deadline and not (
@@ -191,8 +192,16 @@ def test_ctrl_c_says_how_to_resume_and_finishes_its_saves(corpus_dir, tmp_path):
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
-    assert stderr.strip().splitlines() == [f"interrupted; {cli.RESUME_HINT}"]
+    acknowledged, last = stderr.strip().splitlines()
+    assert acknowledged == cli.STOPPING
+    step = int(last.removeprefix("interrupted: stopped at step ").split(",")[0])
+    assert last == (f"interrupted: stopped at step {step}, checkpoint saved; "
+                    f"{cli.RESUME_HINT} from there")
+    assert str(step) in {p.name for p in ckpts.iterdir()}
     assert all(p.name.isdigit() for p in ckpts.iterdir())  # no orbax temporary left
+    again = run_binary(*args)
+    assert again.returncode == 0, again.stderr
+    assert f"resumed from {tmp_path}/checkpoints/{step} at epoch 1 step {step}/" in again.stdout
 
 
 def one_line_error(result, match):

@@ -26,20 +26,23 @@ from dense_rnn.files import atomic_write
 
 @contextlib.contextmanager
 def _interrupt_after() -> Iterator[None]:
-    """Holds back Ctrl-C (SIGINT) until the block has run, then raises it. Orbax starts a
-    save on threads of its own; cut off half-way, the save is neither finished by
-    ``close()`` nor abandoned quietly at interpreter exit."""
+    """Holds back Ctrl-C (SIGINT) until the block has run, then hands it to the handler it
+    would have reached (Python's raises ``KeyboardInterrupt``). Orbax starts a save on
+    threads of its own; cut off half-way, the save is neither finished by ``close()`` nor
+    abandoned quietly at interpreter exit."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    received: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    received: list[tuple[int, Any]] = []
+    previous = signal.signal(signal.SIGINT, lambda *args: received.append(args))
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
     if received:
-        raise KeyboardInterrupt
+        if not callable(previous):
+            raise KeyboardInterrupt
+        previous(*received[0])
 
 
 def _manager(path: str, max_to_keep: int) -> ocp.CheckpointManager:

@@ -39,7 +39,7 @@ from dense_rnn.configs.families import all_configs as all_configs
 from dense_rnn.configs.families import get_config as get_config
 from dense_rnn.data import text_classification as tc
 from dense_rnn.data.glove import load_glove
-from dense_rnn.errors import UserError
+from dense_rnn.errors import Interrupted, UserError
 from dense_rnn.models import CLASSIFIERS
 from dense_rnn.train import checkpoint, metrics
 
@@ -206,9 +206,12 @@ class Progress:
 
 def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: str,
                 identity: dict[str, Any], log: Callable[[str], None] = print,
-                title: str = "") -> dict[str, Any]:
+                title: str = "", should_stop: Callable[[], bool] = lambda: False
+                ) -> dict[str, Any]:
     """Trains ``c`` on one train/dev/test split (resuming from ``workdir``); returns its
-    record: dev/test accuracies, epochs, parameter counts, wall time."""
+    record: dev/test accuracies, epochs, parameter counts, wall time. ``should_stop`` is
+    asked after every step; once it says so, the run checkpoints that step and raises
+    ``Interrupted``."""
     wall_start = time.time()
     with checkpoint.Checkpointer(workdir, identity) as ckpt:
         vocab_path = os.path.join(workdir, tc.VOCAB_FILE)  # for classify_infer
@@ -274,11 +277,14 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
                 if live and (i % 10 == 0 or i == steps_per_epoch):
                     print(f"\r{title} epoch {progress.epoch + 1}/{c.max_epochs} step "
                           f"{i}/{steps_per_epoch} {time.time() - t0:.0f}s", end="", flush=True)
-                if (c.checkpoint_every_steps and i < steps_per_epoch
-                        and progress.global_step % c.checkpoint_every_steps == 0):
+                interrupt = should_stop()
+                if i < steps_per_epoch and (interrupt or c.checkpoint_every_steps and
+                                            progress.global_step % c.checkpoint_every_steps == 0):
                     progress.epoch_ce_sum, progress.epoch_correct = float(ce_sum), float(correct)
                     check_finite(progress.epoch_ce_sum)
                     save()
+                    if interrupt:
+                        raise Interrupted(progress.global_step)
             if live:
                 print("\r", end="")
             check_finite(float(ce_sum))
@@ -306,6 +312,8 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
                 f"{float(correct) / n_train:.4f} dev acc {dev:.4f} test acc {test:.4f} "
                 f"({time.time() - t0:.0f}s)" + (" early stop" if progress.done else ""))
             save()
+            if not progress.done and progress.epoch < c.max_epochs and should_stop():
+                raise Interrupted(progress.global_step)  # asked at an epoch's end
         ckpt.wait()
         metrics.plot_curves(writer.records, ["train_accuracy", "dev_accuracy", "test_accuracy"],
                             os.path.join(workdir, "curves.png"), title)
@@ -323,11 +331,12 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
 def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, workdir: str,
         embeddings: str | None, oov: str = "drop", select: str = "dev",
         folds: list[int] | None = None, log: Callable[[str], None] = print,
-        max_len: int = 0, hf_dataset: str | None = None) -> dict[str, Any]:
+        max_len: int = 0, hf_dataset: str | None = None,
+        should_stop: Callable[[], bool] = lambda: False) -> dict[str, Any]:
     """Trains ``c`` on ``dataset`` (every requested CV fold) and writes ``summary.json``.
     ``max_len > 0`` keeps only the first ``max_len`` tokens of every text; ``hf_dataset``
     reads the dataset from the Hugging Face hub (or a local dataset directory) instead of
-    ``data_dir``."""
+    ``data_dir``; ``should_stop`` is ``train_split``'s."""
     wall_start = time.time()
     if select not in SELECTIONS:
         raise UserError(f"unknown --select={select!r}; use dev or test")
@@ -370,7 +379,7 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
         sub = os.path.join(workdir, f"fold_{fold}") if spec.num_folds else workdir
         title = f"{c.name} {dataset}" + (f" fold {fold}" if spec.num_folds else "")
         records[fold] = train_split(c, data, spec.num_classes, sub, identity | {"fold": fold},
-                                    log, title)
+                                    log, title, should_stop)
     key = "test_accuracy_at_best_dev" if select == "dev" else "best_test_accuracy"
     if select == "dev":  # the paper's protocol appears only when asked for
         records = {f: {k: v for k, v in r.items() if not k.startswith("best_test")}

@@ -27,7 +27,7 @@ from jax.sharding import Mesh
 from dense_rnn import parallel, precision
 from dense_rnn.configs.ptb import LMConfig
 from dense_rnn.data import ptb
-from dense_rnn.errors import UserError
+from dense_rnn.errors import Interrupted, UserError
 from dense_rnn.models.lm import LanguageModel
 from dense_rnn.train import checkpoint, metrics
 
@@ -181,10 +181,13 @@ class Progress:
 
 
 def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
-                       hf_dataset: str | None = None, log: Callable[[str], None] = print
-                       ) -> dict[str, Any]:
+                       hf_dataset: str | None = None, log: Callable[[str], None] = print,
+                       should_stop: Callable[[], bool] = lambda: False) -> dict[str, Any]:
     """Trains ``c`` (resuming from ``workdir`` if it holds a checkpoint), then reports the
-    test perplexity of the best-validation parameters. Returns the summary."""
+    test perplexity of the best-validation parameters. Returns the summary.
+
+    ``should_stop`` is asked after every step; once it says so, the run checkpoints that
+    step and raises ``Interrupted`` (``cli.stop_on_signals`` ties it to Ctrl-C)."""
     wall_start = time.time()
     identity = {k: v for k, v in c.to_dict().items() if k not in RESUMABLE_FIELDS}
     corpus = ptb.load_ptb(data_dir, hf_dataset)
@@ -275,8 +278,9 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
                 else:
                     timed_steps += 1
                 stop = bool(c.max_steps) and progress.global_step >= c.max_steps
+                interrupt = not stop and should_stop()
                 at_log = progress.global_step % c.log_every_steps == 0
-                at_ckpt = bool(c.checkpoint_every_steps) and (
+                at_ckpt = interrupt or bool(c.checkpoint_every_steps) and (
                     progress.global_step % c.checkpoint_every_steps == 0)
                 if not (at_log or at_ckpt or stop or progress.step_in_epoch == steps_per_epoch):
                     continue
@@ -301,6 +305,8 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
                         f"{rate:,.0f} tok/s ETA {eta}")
                 if at_ckpt and not stop and progress.step_in_epoch < steps_per_epoch:
                     save()
+                    if interrupt:
+                        raise Interrupted(progress.global_step)
                 pending_nll, pending_steps, timed_steps, t0 = jnp.zeros(()), 0, 0, time.time()
             if progress.step_in_epoch == steps_per_epoch:
                 progress.epoch += 1
@@ -313,6 +319,8 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
             else:  # stopped mid-epoch by max_steps
                 valid_and_record()
             save()
+            if not stop and progress.epoch < c.max_epochs and should_stop():
+                raise Interrupted(progress.global_step)  # asked at an epoch's end
 
         ckpt.wait()
         best = ckpt.restore_best(state["params"])

@@ -1,0 +1,38 @@
+"""The binaries' shared entry point: one-line errors, and Ctrl-C / SIGTERM as a request to
+stop that the training loops answer with a checkpoint."""
+
+import os
+import signal
+
+import pytest
+
+from dense_rnn import cli
+from dense_rnn.errors import Interrupted, UserError
+
+
+def test_a_signal_asks_to_stop_and_a_second_ctrl_c_interrupts_at_once(capsys):
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    with cli.stop_on_signals() as should_stop:
+        assert not should_stop()
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert should_stop()
+        assert capsys.readouterr().err == cli.STOPPING + "\n"
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+@pytest.mark.parametrize("error, status, line", [
+    (UserError("bad flag"), 2, "error: bad flag"),
+    (Interrupted(40), 130,
+     f"interrupted: stopped at step 40, checkpoint saved; {cli.RESUME_HINT} from there"),
+    (KeyboardInterrupt(), 130, "interrupted"),
+])
+def test_errors_and_interrupts_end_in_one_line(capsys, error, status, line):
+    def fail():
+        raise error
+
+    with pytest.raises(SystemExit) as e:
+        cli._one_line_errors(fail)
+    assert e.value.code == status
+    assert capsys.readouterr().err == line + "\n"
