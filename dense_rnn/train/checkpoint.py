@@ -15,13 +15,15 @@ import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 import orbax.checkpoint as ocp
 
 from dense_rnn.errors import UserError
 from dense_rnn.files import atomic_write
+
+P = TypeVar("P")
 
 
 @contextlib.contextmanager
@@ -158,6 +160,16 @@ class Checkpointer:
     def restore(self, like: Any) -> tuple[Any, dict[str, Any]] | None:
         """The latest state (structured like ``like``) and its metadata, or None."""
         return self._restore(self._latest, "state", like)
+
+    def resume(self, state: Any, progress: P) -> tuple[Any, P]:
+        """The latest training state and the ``progress`` saved with it (metadata key
+        ``"progress"``, a dataclass of ``progress``'s type), or both as given before the
+        first checkpoint."""
+        restored = self.restore(state)
+        if restored is None:
+            return state, progress
+        state, meta = restored
+        return state, type(progress)(**meta["progress"])
 
     def save_best(self, step: int, params: Any, meta: dict[str, Any]) -> None:
         """Saves ``params`` and their metadata as the best checkpoint (replacing the last)."""

@@ -229,11 +229,8 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
         parallel.check_batch(c.batch_size, mesh)
         state = parallel.put({"params": params, "opt_state": tx.init(params)},
                              parallel.replicated(mesh))
-        progress = Progress()
-        restored = ckpt.restore(state)
-        if restored is not None:
-            state, meta = restored
-            progress = Progress(**meta["progress"])
+        state, progress = ckpt.resume(state, Progress())
+        if ckpt.latest_step() is not None:
             log(f"resumed from {workdir}/checkpoints/{progress.global_step} at epoch "
                 f"{progress.epoch + 1} step {progress.step_in_epoch}")
         n_total = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state["params"]))

@@ -216,11 +216,8 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
         state = {"params": parallel.put(params, replicated),
                  "opt_state": parallel.put(tx.init(params), replicated),
                  "carries": parallel.put(model.zero_carries(c.batch_size), batch_sharded)}
-        restored = ckpt.restore(state)
-        progress = Progress()
-        if restored is not None:
-            state, meta = restored
-            progress = Progress(**meta["progress"])
+        state, progress = ckpt.resume(state, Progress())
+        if ckpt.latest_step() is not None:
             log(f"resumed from {workdir}/checkpoints/{progress.global_step} at epoch "
                 f"{progress.epoch + 1} step {progress.step_in_epoch}/{steps_per_epoch}")
         n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state["params"]))
