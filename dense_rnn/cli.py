@@ -24,7 +24,14 @@ def stop_on_signals() -> Iterator[Callable[[], bool]]:
     """Turns Ctrl-C (SIGINT) and SIGTERM into a request to stop, for a training loop's
     ``should_stop``: the loop checkpoints the step it is on and raises ``Interrupted``. The
     signal itself only sets a flag, so it cannot be lost in a callback that swallows
-    exceptions. A second Ctrl-C interrupts at once."""
+    exceptions. A second Ctrl-C interrupts at once. In a run of several processes (a TPU
+    pod, ``--multihost``) the signals keep their default action: the processes would have
+    to agree on the step to stop at, and a save by one of them alone would wait forever."""
+    import jax
+
+    if jax.process_count() > 1:
+        yield lambda: False
+        return
     requested = threading.Event()
 
     def request(signum: int, frame: object) -> None:
