@@ -41,3 +41,15 @@ def test_restore_and_restore_best_refuse_another_structure_alike(tmp_path):
         ckpt.restore(other)
     with pytest.raises(UserError, match=r"checkpoint .*/best/3 does not fit this config"):
         checkpoint.load_best(str(tmp_path), {}, other, "after the first epoch")
+
+
+def test_resume_line_says_where_training_picks_up_or_why_there_is_nothing_to_train():
+    assert checkpoint.finished_because(False, 2, 3) is None
+    assert checkpoint.finished_because(True, 2, 3) == "stopped early"
+    assert checkpoint.finished_because(False, 3, 3).startswith("--max_epochs=3 reached")
+    assert checkpoint.finished_because(False, 1, 3, 50, 50).startswith("--max_steps=50 reached")
+    assert checkpoint.resume_line("w", 70, 0, "step 70/100", None) == (
+        "resumed from w/checkpoints/70 at epoch 1 step 70/100")
+    assert checkpoint.resume_line("w", 300, 3, "step 0/100", "stopped early") == (
+        "w holds a finished run (step 300; stopped early): nothing to train, reporting its "
+        "results")

@@ -67,9 +67,19 @@ def test_train_outputs_and_exact_resume(corpus_dir, tmp_path):
     lm.train_and_evaluate(
         tiny(max_steps=70, max_epochs=3), corpus_dir, str(tmp_path / "split"), log=lambda s: None
     )
+    lines = []
     resumed = lm.train_and_evaluate(
-        tiny(max_steps=130, max_epochs=3), corpus_dir, str(tmp_path / "split"), log=lambda s: None
+        tiny(max_steps=130, max_epochs=3), corpus_dir, str(tmp_path / "split"), log=lines.append
     )
+    assert f"resumed from {tmp_path}/split/checkpoints/70 at epoch 1 step 70/" in lines[0]
+    lines.clear()  # the full run again: nothing to train, says so, reports the same results
+    again = lm.train_and_evaluate(
+        tiny(max_steps=130, max_epochs=3), corpus_dir, str(tmp_path / "full"), log=lines.append
+    )
+    assert lines[0] == (f"{tmp_path}/full holds a finished run (step 130; "
+                        "--max_steps=130 reached; a larger value trains on): nothing to train, "
+                        "reporting its results")
+    assert again["test_ppl"] == full["test_ppl"] and again["steps"] == 130
     step_a, a = latest_params(tmp_path / "full")
     step_b, b = latest_params(tmp_path / "split")
     assert step_a == step_b == 130

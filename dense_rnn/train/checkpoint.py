@@ -199,6 +199,29 @@ class Checkpointer:
         self.close()
 
 
+def finished_because(early_stopped: bool, epoch: int, max_epochs: int, step: int = 0,
+                     max_steps: int = 0) -> str | None:
+    """Why a run has nothing left to train, or None while it has."""
+    if early_stopped:
+        return "stopped early"
+    if 0 < max_steps <= step:
+        return f"--max_steps={max_steps} reached; a larger value trains on"
+    if epoch >= max_epochs:
+        return f"--max_epochs={max_epochs} reached; a larger value trains on"
+    return None
+
+
+def resume_line(workdir: str, step: int, epoch: int, position: str,
+                finished: str | None) -> str:
+    """The line a run prints when it starts from its latest checkpoint: where training picks
+    up (``position``: the step within epoch ``epoch + 1``) or, for a run with nothing left
+    to train (``finished``: why, from ``finished_because``), that it only reports."""
+    if finished is None:
+        return f"resumed from {workdir}/checkpoints/{step} at epoch {epoch + 1} {position}"
+    return (f"{workdir} holds a finished run (step {step}; {finished}): "
+            "nothing to train, reporting its results")
+
+
 def load_best(workdir: str, identity: dict[str, Any], like: Any, written: str) -> Any:
     """The best parameters of the run in ``workdir`` (structured like ``like``), for
     inference; ``written`` says when training writes them, for the error without any."""

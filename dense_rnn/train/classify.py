@@ -231,8 +231,9 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
                              parallel.replicated(mesh))
         state, progress = ckpt.resume(state, Progress())
         if ckpt.latest_step() is not None:
-            log(f"resumed from {workdir}/checkpoints/{progress.global_step} at epoch "
-                f"{progress.epoch + 1} step {progress.step_in_epoch}")
+            log(checkpoint.resume_line(
+                workdir, progress.global_step, progress.epoch, f"step {progress.step_in_epoch}",
+                checkpoint.finished_because(progress.done, progress.epoch, c.max_epochs)))
         n_total = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state["params"]))
         n_embed = int(np.prod(state["params"]["embed"]["embedding"].shape))
         train_step, eval_step = make_steps(model, tx, c, mesh)

@@ -218,8 +218,11 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
                  "carries": parallel.put(model.zero_carries(c.batch_size), batch_sharded)}
         state, progress = ckpt.resume(state, Progress())
         if ckpt.latest_step() is not None:
-            log(f"resumed from {workdir}/checkpoints/{progress.global_step} at epoch "
-                f"{progress.epoch + 1} step {progress.step_in_epoch}/{steps_per_epoch}")
+            log(checkpoint.resume_line(
+                workdir, progress.global_step, progress.epoch,
+                f"step {progress.step_in_epoch}/{steps_per_epoch}", checkpoint.finished_because(
+                    progress.done, progress.epoch, c.max_epochs, progress.global_step,
+                    c.max_steps)))
         n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state["params"]))
         log(f"config {c.name}: {n_params:,} parameters, {steps_per_epoch} steps/epoch, "
             f"device {metrics.device_description()}, data parallel over {mesh.size}, "
