@@ -124,5 +124,6 @@ def cell(name: str, params: Params, carry: Carry, x: Array) -> tuple[Carry, Arra
 
 
 def carry_output(carry: Carry) -> Array:
-    """The hidden state ``h`` inside a carry (the LSTM carry is ``(c, h)``)."""
-    return carry[1] if isinstance(carry, tuple) else carry
+    """The hidden state ``h`` inside a carry: a tuple carry holds it last (the LSTM's
+    ``(c, h)``, the Gated HORNN's ``(h_{t-N}, ..., h_{t-1})``)."""
+    return carry[-1] if isinstance(carry, tuple) else carry

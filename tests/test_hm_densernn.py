@@ -67,25 +67,27 @@ def test_schedule_doubles_depth_and_strides():
         layer_schedule((4, 6))
 
 
-def _hornn_reference(p, xs):
-    h1, h2, out = np.zeros(H), np.zeros(H), []
+def _hornn_reference(p, xs, order):
+    past, out = [np.zeros(H)] * order, []  # h_{t-1}, ..., h_{t-N}
     for x in xs:
         a = x @ p["w_ih"] + p["b"]
-        r1 = ref.sigmoid(a[:H] + h1 @ p["w_gate"][0])
-        r2 = ref.sigmoid(a[H : 2 * H] + h2 @ p["w_gate"][1])
-        h1, h2 = np.tanh(a[2 * H :] + np.concatenate([r1 * h1, r2 * h2]) @ p["w_hh"]), h1
-        out.append(h1)
+        gated = [ref.sigmoid(a[n * H : (n + 1) * H] + past[n] @ p["w_gate"][n]) * past[n]
+                 for n in range(order)]
+        h = np.tanh(a[order * H :] + np.concatenate(gated) @ p["w_hh"])
+        past = [h, *past[:-1]]
+        out.append(h)
     return np.array(out)
 
 
-def test_gated_hornn_matches_reference():
+@pytest.mark.parametrize("order", [1, 2, 3])
+def test_gated_hornn_matches_reference(order):
     x = jax.random.normal(jax.random.key(2), (B, T, D))
-    layer = GatedHORNN(H)
+    layer = GatedHORNN(H, order)
     params = layer.init(jax.random.key(3), x)["params"]
     carry, ys = layer.apply({"params": params}, x, jnp.asarray(LENGTHS))
     p64 = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
     for b, n in enumerate(LENGTHS):
-        want = _hornn_reference(p64, np.asarray(x[b, :n], np.float64))
+        want = _hornn_reference(p64, np.asarray(x[b, :n], np.float64), order)
         np.testing.assert_allclose(ys[b, :n], want, atol=2e-5)
         np.testing.assert_allclose(cells.carry_output(carry)[b], want[-1], atol=2e-5)
 
