@@ -6,7 +6,8 @@ CV fold), ``--parallel`` at a time, each in its own workdir under ``--root``::
     python -m experiments.reproduce_classify --suite=hm_table2 --root=workdirs/cls --seeds=0,1,2
     python -m experiments.reproduce_classify --suite=dc_table1 --root=workdirs/cls --report_only
 
-A rerun skips finished runs and resumes unfinished ones. Runs are named
+A rerun skips the runs finished under the same command and resumes the others (so
+``--extra=--max_epochs=N`` extends finished runs). Runs are named
 ``CONFIG_DATASET_sSEED`` (``_fFOLD`` for MR/Subj, one CV fold per run; ``_sweep`` for a
 learning-rate sweep). Zhao et al. choose the learning rate on validation: seed 0 runs the
 sweep over ``LR_SWEEP`` and the other seeds train at the rate it chose. Each run's
@@ -147,8 +148,9 @@ def _arg(job: Job, name: str) -> str:
     return next(a.split("=", 1)[1] for a in job.args if a.startswith(f"--{name}="))
 
 
-def start(job: Job) -> subprocess.Popen:
-    """Launches ``job``, at the learning rate its sweep chose if it has one."""
+def start(job: Job) -> subprocess.Popen | None:
+    """Launches ``job``, at the learning rate its sweep chose if it has one (None: it has
+    finished under this command)."""
     args = [*job.args, f"--embeddings={FLAGS.embeddings}"]
     if job.lr_from:
         rate = runner.summary(FLAGS.root, job.lr_from)["learning_rate_chosen"]

@@ -1,7 +1,8 @@
 r"""Reproduces Table 1 of Godin et al. (2017) and Zaremba et al.'s PTB rows.
 
 Runs ``experiments.ptb_lm`` for each config (``--parallel`` at a time, each in its own
-workdir under ``--root``; a rerun skips finished runs and resumes unfinished ones), then
+workdir under ``--root``; a rerun skips the runs finished under the same command and
+resumes the others, so ``--extra=--max_epochs=N`` extends finished runs), then
 writes the results table, ours beside the paper's, to ``ROOT/table1.md``; ``--report_only``
 prints the table of the runs already under ``--root``::
 
@@ -34,8 +35,9 @@ flags.DEFINE_string("report", None, "Also write the table to this file (default 
 FLAGS = flags.FLAGS
 
 
-def start(name: str) -> subprocess.Popen:
-    """Launches the training run of config ``name`` in ``ROOT/name``."""
+def start(name: str) -> subprocess.Popen | None:
+    """Launches the training run of config ``name`` in ``ROOT/name`` (None: it has
+    finished under this command)."""
     data_dir = [f"--data_dir={FLAGS.data_dir}"] if FLAGS.data_dir else []
     return runner.launch("experiments.ptb_lm", [f"--config={name}", *data_dir, *FLAGS.extra],
                          os.path.join(FLAGS.root, name))

@@ -1,8 +1,11 @@
 """What the reproduction drivers share: runs of a single-run binary, each in its own workdir
-``ROOT/NAME`` and finished once it holds ``summary.json``, started ``parallel`` at a time."""
+``ROOT/NAME``, started ``parallel`` at a time. A run has finished once it holds
+``summary.json``; a driver rerun with other flags for it (``--extra=--max_epochs=60`` after a
+shorter budget) launches it again, and the binary resumes it from its checkpoint."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -40,24 +43,35 @@ def command_line(cmd: Sequence[str]) -> str:
     return " ".join([*env, "python", shlex.join(cmd[1:])])
 
 
-def launch(module: str, args: Sequence[str], workdir: str) -> subprocess.Popen:
+def launch(module: str, args: Sequence[str], workdir: str) -> subprocess.Popen | None:
     """Starts ``python -m MODULE ARGS --workdir=WORKDIR``, its command line written to
-    ``WORKDIR/command.txt`` and its output appended to ``WORKDIR/train.log``."""
+    ``WORKDIR/command.txt`` and its output appended to ``WORKDIR/train.log``; or returns None
+    when the run has finished under this very command. A summary written under another
+    command is kept as ``summary.previous.json`` until the new run writes its own."""
     os.makedirs(workdir, exist_ok=True)
     cmd = [sys.executable, "-m", module, *args, f"--workdir={workdir}"]
-    with open(os.path.join(workdir, "command.txt"), "w") as f:
-        f.write(command_line(cmd) + "\n")
+    line = command_line(cmd) + "\n"
+    done, recorded = os.path.join(workdir, "summary.json"), os.path.join(workdir, "command.txt")
+    if os.path.exists(done):
+        with contextlib.suppress(FileNotFoundError), open(recorded) as f:
+            if f.read() == line:
+                return None
+        os.replace(done, os.path.join(workdir, "summary.previous.json"))
+    with open(recorded, "w") as f:
+        f.write(line)
     with open(os.path.join(workdir, "train.log"), "a") as log:  # the child keeps its copy
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
 
 
-def run_all(root: str, names: Sequence[str], start: Callable[[str], subprocess.Popen],
-            parallel: int, after: Mapping[str, str] | None = None) -> None:
-    """Runs ``start(name)`` for every unfinished run, ``parallel`` at a time; a run named in
-    ``after`` waits until that run has finished, and is skipped if it failed."""
+def run_all(root: str, names: Sequence[str],
+            start: Callable[[str], subprocess.Popen | None], parallel: int,
+            after: Mapping[str, str] | None = None) -> None:
+    """Runs ``start(name)`` (``launch``: None for a run already finished) for every run,
+    ``parallel`` at a time; a run named in ``after`` waits until that run has finished, and
+    is skipped if it failed."""
     after = after or {}
     os.makedirs(root, exist_ok=True)
-    pending = [n for n in names if summary(root, n) is None]
+    pending = list(names)
     running: dict[str, subprocess.Popen] = {}
     while pending or running:
         for name in list(pending):
@@ -70,8 +84,12 @@ def run_all(root: str, names: Sequence[str], start: Callable[[str], subprocess.P
                     pending.remove(name)
                 continue
             pending.remove(name)
-            running[name] = start(name)
-            _log(f"started {name}")
+            proc = start(name)
+            if proc is None:
+                _log(f"{name} has finished (its summary.json is of this command)")
+            else:
+                running[name] = proc
+                _log(f"started {name}")
         time.sleep(2)
         for name, proc in list(running.items()):
             if proc.poll() is not None:

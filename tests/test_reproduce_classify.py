@@ -244,6 +244,8 @@ def test_a_run_waits_for_its_sweep_and_is_skipped_if_it_failed(tmp_path, monkeyp
     started = []
 
     def start(name):
+        if (tmp_path / name / "summary.json").exists():
+            return None  # as runner.launch says of a run finished under the same command
         started.append(name)
         if name == "ok":
             (tmp_path / name).mkdir()
@@ -257,3 +259,17 @@ def test_a_run_waits_for_its_sweep_and_is_skipped_if_it_failed(tmp_path, monkeyp
     started.clear()
     runner.run_all(str(tmp_path), ["ok"], start, 1)  # finished runs are not started again
     assert started == []
+
+
+def test_a_finished_run_is_launched_again_only_under_another_command(tmp_path, monkeypatch):
+    launched = []
+    monkeypatch.setattr(runner.subprocess, "Popen", lambda cmd, **kw: launched.append(cmd))
+    workdir = tmp_path / "run"
+    runner.launch("experiments.ptb_lm", ["--config=tiny"], str(workdir))
+    (workdir / "summary.json").write_text('{"epochs": 5}')  # the binary finished it
+    assert runner.launch("experiments.ptb_lm", ["--config=tiny"], str(workdir)) is None
+    runner.launch("experiments.ptb_lm", ["--config=tiny", "--max_epochs=9"], str(workdir))
+    assert len(launched) == 2 and "--max_epochs=9" in launched[1]
+    assert "--max_epochs=9" in (workdir / "command.txt").read_text()
+    assert not (workdir / "summary.json").exists()  # not finished under the new command
+    assert (workdir / "summary.previous.json").read_text() == '{"epochs": 5}'
