@@ -14,6 +14,8 @@ def test_quickstart_notebook_runs(data_dir, tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
     monkeypatch.setenv("DENSE_RNN_DATA_DIR", data_dir)  # the kernel inherits the environment
     monkeypatch.setenv("DENSE_RNN_NOTEBOOK_QUICK", "1")
+    # 8 devices, as on a Colab TPU: every batch must split over them
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
     monkeypatch.setenv("PYTHONPATH", REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
     nb = nbformat.read(NOTEBOOK, as_version=4)
     nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
