@@ -17,6 +17,18 @@ def test_identity_with_tuples_resumes(tmp_path):
         checkpoint.Checkpointer(str(tmp_path), {**identity, "dataset": "imdb"})
 
 
+def test_a_corrected_paper_number_leaves_the_run_resumable(tmp_path):
+    identity = {"hidden_size": 200, "paper_test_ppl": 80.4}
+    ckpt = checkpoint.Checkpointer(str(tmp_path), identity, descriptive=("paper_test_ppl",))
+    ckpt.save(1, {"w": np.zeros(3, np.float32)}, {"epoch": 1})
+    ckpt.close()
+    for changed in ({"hidden_size": 200, "paper_test_ppl": 80.5}, {"hidden_size": 200}):
+        checkpoint.Checkpointer(str(tmp_path), changed, descriptive=("paper_test_ppl",)).close()
+    with pytest.raises(UserError, match="another config"):
+        checkpoint.Checkpointer(str(tmp_path), {**identity, "hidden_size": 201},
+                                descriptive=("paper_test_ppl",))
+
+
 def test_best_step_saved_again_after_a_kill(tmp_path):
     """A kill between the best and the latest checkpoint of step S replays the epoch."""
     ckpt = checkpoint.Checkpointer(str(tmp_path), {})

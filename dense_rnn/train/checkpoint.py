@@ -75,14 +75,18 @@ class Checkpointer:
     """Latest and best checkpoints of one run; a context manager that closes them.
 
     ``identity`` is the part of the config that must not change across a resume (the
-    model and its data); a workdir written under another identity is refused. The identity
-    is written with the first checkpoint, so a run that fails before saving anything leaves
-    the workdir free for any config.
+    model and its data); a workdir written under another identity is refused. Its
+    ``descriptive`` keys (the paper's numbers beside a config) are stored but not compared,
+    so correcting one leaves the runs resumable. The identity is written with the first
+    checkpoint, so a run that fails before saving anything leaves the workdir free for any
+    config.
     """
 
-    def __init__(self, workdir: str, identity: dict[str, Any], max_to_keep: int = 2):
+    def __init__(self, workdir: str, identity: dict[str, Any], max_to_keep: int = 2,
+                 descriptive: tuple[str, ...] = ()):
         self.workdir = workdir
         self.identity = json.loads(json.dumps(identity))  # as stored: tuples become lists
+        self.descriptive = descriptive
         try:
             os.makedirs(workdir, exist_ok=True)
         except OSError as e:
@@ -96,7 +100,7 @@ class Checkpointer:
 
     def _check_identity(self, stored: dict[str, Any]) -> None:
         diff = sorted(k for k in set(stored) | set(self.identity)
-                      if stored.get(k) != self.identity.get(k))
+                      if k not in self.descriptive and stored.get(k) != self.identity.get(k))
         if diff:
             shown = ", ".join(f"{k}: {stored.get(k)!r} -> {self.identity.get(k)!r}"
                               for k in diff[:4])

@@ -46,6 +46,7 @@ from dense_rnn.train import checkpoint, metrics
 # Fields that may change when a run is resumed; every other field must match.
 RESUMABLE_FIELDS = ("max_epochs", "early_stopping_patience", "checkpoint_every_steps",
                     "compute_dtype", "num_devices")
+DESCRIPTIVE_FIELDS = ("paper",)  # the paper's row beside a config: not compared on resume
 SELECTIONS = {
     "dev": "test accuracy at the epoch with the best dev accuracy",
     "test": "best test accuracy seen during training (Ding et al.'s protocol; optimistic)",
@@ -213,7 +214,7 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
     asked after every step; once it says so, the run checkpoints that step and raises
     ``Interrupted``."""
     wall_start = time.time()
-    with checkpoint.Checkpointer(workdir, identity) as ckpt:
+    with checkpoint.Checkpointer(workdir, identity, descriptive=DESCRIPTIVE_FIELDS) as ckpt:
         vocab_path = os.path.join(workdir, tc.VOCAB_FILE)  # for classify_infer
         ckpt.check_unchanged(vocab_path, tc.Vocab.load, data.vocab,
                              f"{workdir} holds a run trained on another vocabulary (its "

@@ -36,6 +36,8 @@ RESUMABLE_FIELDS = ("max_epochs", "max_steps", "early_stopping_patience", "log_e
                     "learning_rate", "max_grad_norm",
                     "checkpoint_every_steps", "eval_batch_size", "scan_unroll",
                     "compute_dtype", "num_devices")
+# The paper's numbers beside a config: kept with a run, not compared when it resumes.
+DESCRIPTIVE_FIELDS = ("paper_params", "paper_valid_ppl", "paper_test_ppl")
 # Jitted steps; carries are the per-layer LSTM states of ``LanguageModel``.
 TrainStep = Callable[..., tuple[Any, optax.OptState, tuple, jax.Array]]
 EvalStep = Callable[..., tuple[tuple, jax.Array]]
@@ -194,7 +196,7 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
     if len(corpus.vocab) > c.vocab_size:
         raise UserError(f"the corpus has {len(corpus.vocab)} word types but the config's "
                         f"vocab_size is {c.vocab_size}; pass --vocab_size={len(corpus.vocab)}")
-    with checkpoint.Checkpointer(workdir, identity) as ckpt:
+    with checkpoint.Checkpointer(workdir, identity, descriptive=DESCRIPTIVE_FIELDS) as ckpt:
         vocab_path = os.path.join(workdir, ptb.VOCAB_FILE)  # for lm_infer
         ckpt.check_unchanged(vocab_path, ptb.read_vocab, corpus.vocab,
                              f"{workdir} was trained on another corpus (its {ptb.VOCAB_FILE} "
