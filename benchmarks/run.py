@@ -209,6 +209,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         probe(*a.probe)
         return []
     names = a.workloads.split(",") if a.workloads else (QUICK if a.quick else FULL)
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown:
+        p.error(f"unknown workloads {', '.join(unknown)}; known: {', '.join(WORKLOADS)}")
     repeats = a.repeats or (3 if a.quick else 5)
     min_time = a.min_time or (0.1 if a.quick else 0.6)
     env = environment()

@@ -28,6 +28,14 @@ def test_quick_path_runs_a_tiny_workload(capsys):
     assert "| tiny train" in out and "| ours vs flax nn.RNN (>= 1.3) |" in out
 
 
+def test_an_unknown_workload_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        run.main(["--workloads", "zaremba_small,zaremba_smal"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "error: unknown workloads zaremba_smal; known: zaremba_small," in err
+
+
 def test_targets_table_marks_what_meets_issue_5s_targets():
     def rows(**ratios):
         return [{"impl": "ours", "ours_x": 1.0, "gemm_frac": ratios.pop("gemm")},
