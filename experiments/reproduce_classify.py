@@ -269,6 +269,7 @@ def run() -> None:
     """Runs the suite's unfinished jobs (unless --report_only), then prints its table."""
     jobs = suite_jobs(FLAGS.suite)
     runner.check(FLAGS.root, FLAGS.parallel, FLAGS.report_only)
+    runner.check_parent("plot", FLAGS.plot)
     if not FLAGS.report_only:
         by_name = {j.name: j for j in jobs}
         runner.run_all(FLAGS.root, list(by_name), lambda name: start(by_name[name]),

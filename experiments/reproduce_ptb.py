@@ -69,8 +69,7 @@ def run() -> None:
         raise UserError(f"unknown configs {', '.join(unknown)}; known: "
                         f"{', '.join(ptb_configs.CONFIGS)}")
     runner.check(FLAGS.root, FLAGS.parallel, FLAGS.report_only)
-    if FLAGS.report and not os.path.isdir(os.path.dirname(os.path.abspath(FLAGS.report))):
-        raise UserError(f"--report={FLAGS.report}: its directory does not exist")
+    runner.check_parent("report", FLAGS.report)
     if not FLAGS.report_only:
         runner.run_all(FLAGS.root, FLAGS.configs, start, FLAGS.parallel)
     table = report(FLAGS.configs)

@@ -28,6 +28,13 @@ def check(root: str, parallel: int, report_only: bool) -> None:
                         "under an existing root")
 
 
+def check_parent(flag: str, path: str | None) -> None:
+    """Rejects an output file ``--flag=path`` whose directory does not exist (before any
+    run, not after the suite)."""
+    if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        raise UserError(f"--{flag}={path}: its directory does not exist")
+
+
 def summary(root: str, name: str) -> dict | None:
     """The ``summary.json`` of run ``name``, or None while it has not finished."""
     path = os.path.join(root, name, "summary.json")

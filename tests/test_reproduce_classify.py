@@ -231,6 +231,8 @@ def reproduce(*args):
     (["--suite=hm_table2", "--units=32"], "--units=32"),
     (["--parallel=0"], "--parallel=0"),
     (["--report_only", "--root=/nonexistent/cls"], "--root=/nonexistent/cls does not exist"),
+    (["--plot=/nonexistent/curves.png", "--report_only", "--root=/tmp"],
+     "--plot=/nonexistent/curves.png: its directory does not exist"),
 ])
 def test_bad_input_is_one_error_line(args, match):
     r = reproduce(*args)
