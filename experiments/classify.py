@@ -33,8 +33,8 @@ from dense_rnn.data import DEFAULT_DATA_DIR
 from dense_rnn.errors import UserError
 
 flags.DEFINE_string("config", "dc_bilstm", "Named config (see dense_rnn/configs/).")
-flags.DEFINE_string("dataset", "sst2", "Dataset name: mr, sst1, sst2, subj, trec, "
-                    "sst1_phrases, sst2_phrases, or one another family registered.")
+flags.DEFINE_string("dataset", "sst2", "Dataset: mr, sst1, sst2, subj, trec, sst1_phrases, "
+                    "sst2_phrases (Ding et al.); imdb, sst5, ag (Zhao et al.).")
 flags.DEFINE_string("data_dir", DEFAULT_DATA_DIR,
                     "Root holding mr/, sst/, subj/, trec/, imdb/, ag_news/ (and glove/).")
 flags.DEFINE_string("hf_dataset", None, "Read --dataset from this Hugging Face hub dataset "

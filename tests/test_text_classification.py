@@ -252,6 +252,12 @@ def test_dry_run():
     assert "'depths': (2, 4)}" in out  # a tuple argument, as a list flag
 
 
+def test_dataset_flag_help_names_every_dataset():
+    help_text = " ".join(_classify("--helpshort", check=False).stdout.split())
+    flag = help_text[help_text.index("--dataset:"):help_text.index("(default: 'sst2')")]
+    assert all(re.search(rf"\b{name}\b", flag) for name in tc.DATASETS), flag
+
+
 def test_dry_run_counts_at_the_embedding_files_dimension(data_dir):
     glove = os.path.join(data_dir, "glove", "glove.6B.50d.txt.gz")
     out = _classify("--config=dc_bilstm", f"--embeddings={glove}", "--dry_run").stdout
