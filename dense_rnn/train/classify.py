@@ -81,7 +81,7 @@ def param_shapes(model: nn.Module) -> Any:
 def num_params_without_embedding(c: ClassifierConfig, num_classes: int) -> int:
     """Every parameter except the embedding table (which depends on the vocabulary)."""
     shapes = param_shapes(make_model(c, 1, num_classes))
-    return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes)) - c.embed_size
+    return metrics.count_params(shapes) - c.embed_size
 
 
 def _is_embedding(path: tuple[str, ...]) -> bool:
@@ -235,8 +235,8 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
             log(checkpoint.resume_line(
                 workdir, progress.global_step, progress.epoch, f"step {progress.step_in_epoch}",
                 checkpoint.finished_because(progress.done, progress.epoch, c.max_epochs)))
-        n_total = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state["params"]))
-        n_embed = int(np.prod(state["params"]["embed"]["embedding"].shape))
+        n_total = metrics.count_params(state["params"])
+        n_embed = metrics.count_params(state["params"]["embed"])
         train_step, eval_step = make_steps(model, tx, c, mesh)
         writer = metrics.MetricsWriter(workdir, progress.global_step)
         steps_per_epoch = -(-len(data.ids["train"]) // c.batch_size)

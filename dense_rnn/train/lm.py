@@ -65,7 +65,7 @@ def param_shapes(c: LMConfig) -> Any:
 
 def num_params(c: LMConfig) -> int:
     """Every parameter of ``make_model(c)`` (counted without initialising it)."""
-    return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(param_shapes(c)))
+    return metrics.count_params(param_shapes(c))
 
 
 def learning_rate_schedule(c: LMConfig, steps_per_epoch: int) -> Callable[[Any], Any]:
@@ -225,7 +225,7 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
                 f"step {progress.step_in_epoch}/{steps_per_epoch}", checkpoint.finished_because(
                     progress.done, progress.epoch, c.max_epochs, progress.global_step,
                     c.max_steps)))
-        n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state["params"]))
+        n_params = metrics.count_params(state["params"])
         log(f"config {c.name}: {n_params:,} parameters, {steps_per_epoch} steps/epoch, "
             f"device {metrics.device_description()}, data parallel over {mesh.size}, "
             f"{c.compute_dtype} compute")

@@ -45,6 +45,11 @@ def versions() -> dict[str, str]:
             "flax": flax.__version__, "optax": optax.__version__}
 
 
+def count_params(tree: Any) -> int:
+    """The number of scalars in a pytree of arrays (or of their shapes)."""
+    return sum(math.prod(x.shape) for x in jax.tree.leaves(tree))
+
+
 def write_json(path: str, obj: Any) -> None:
     """Writes ``obj`` atomically (temporary file, then rename)."""
     atomic_write(path, json.dumps(obj, indent=1, sort_keys=True))
