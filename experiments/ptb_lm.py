@@ -25,7 +25,9 @@ from dense_rnn.data import DEFAULT_DATA_DIR
 from dense_rnn.errors import UserError
 
 flags.DEFINE_string("config", ptb_configs.DEFAULT_CONFIG,
-                    f"Named config: {', '.join(ptb_configs.CONFIGS)}.")
+                    "Named config, one per paper row: "
+                    f"{', '.join(n for n in ptb_configs.CONFIGS if n != 'tiny')}; or tiny (a "
+                    "smoke-test model, not a paper row).")
 flags.DEFINE_string("data_dir", os.path.join(DEFAULT_DATA_DIR, "ptb"),
                     "Directory with ptb.{train,valid,test}.txt.")
 flags.DEFINE_string("hf_dataset", None, "Hugging Face hub dataset instead of --data_dir "
