@@ -32,9 +32,14 @@ def test_clean_str_kim():
 
 def test_tree_phrases():
     phrases = tc._tree_phrases("(3 (2 (2 The) (2 Rock)) (4 (3 rocks) (2 -LRB-)))")
-    assert phrases[0] == ("The Rock rocks (", 3)
+    assert phrases[0] == ("The Rock rocks -LRB-", 3)
     assert sorted(phrases[1:]) == sorted([("The Rock", 2), ("The", 2), ("Rock", 2),
-                                          ("rocks (", 4), ("rocks", 3), ("(", 2)])
+                                          ("rocks -LRB-", 4), ("rocks", 3), ("-LRB-", 2)])
+    # cleaned, a tree's bracket token is the stsa.* sentences' one
+    assert tc.clean_str_sst(phrases[0][0]) == tc.clean_str_sst("the rock rocks -lrb-")
+    for bad in ["(3 (2 a) (2 b)", "(2 a) (2 b)", "", "(x a)"]:
+        with pytest.raises((ValueError, IndexError)):
+            tc._tree_phrases(bad)
 
 
 @needs_data

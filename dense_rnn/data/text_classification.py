@@ -120,11 +120,15 @@ def load_polarity(data_dir: str, sub: str, files: tuple[str, str], encoding: str
 
 
 def _tree_phrases(line: str) -> list[tuple[str, int]]:
-    """All labelled phrases ``(text, label)`` of one PTB-style SST tree, root first."""
+    """All labelled phrases ``(text, label)`` of one PTB-style SST tree, root first. Tokens
+    stay as written (``-LRB-``), so they clean as the ``stsa.*`` sentences' ``-lrb-`` do; a
+    line that is not exactly one closed tree raises ``ValueError``."""
     stack: list[tuple[int, list[str]]] = []
     out: list[tuple[str, int]] = []
     for tok in re.findall(r"\(|\)|[^\s()]+", line):
         if tok == "(":
+            if out and not stack:
+                raise ValueError("a second tree on the line")
             stack.append((-1, []))
         elif tok == ")":
             label, words = stack.pop()
@@ -136,7 +140,9 @@ def _tree_phrases(line: str) -> list[tuple[str, int]]:
                 raise ValueError(f"sentiment label {tok!r}")
             stack[-1] = (int(tok), stack[-1][1])
         else:
-            stack[-1][1].append({"-LRB-": "(", "-RRB-": ")"}.get(tok, tok))
+            stack[-1][1].append(tok)
+    if stack or not out:
+        raise ValueError("an unclosed tree")
     return out[::-1]
 
 
