@@ -176,6 +176,12 @@ def test_glove_txt_and_gz(tmp_path):
         (tmp_path / "dims.txt").write_text(rows)  # a short first row, a long later row
         with pytest.raises(UserError, match=":2: [34] values where the first line has"):
             load_glove(str(tmp_path / "dims.txt"))
+    rows = "".join(f"w{i} {i / 10:.3f} {i / 5:.3f} {i / 3:.3f}\n" for i in range(3000))
+    corrupt = bytearray(gzip.compress(rows.encode()))
+    corrupt[100] ^= 0xFF  # a damaged deflate stream: zlib.error, not a gzip OSError
+    (tmp_path / "corrupt.txt.gz").write_bytes(bytes(corrupt))
+    with pytest.raises(UserError, match="cannot read embeddings .*corrupt.txt.gz .*error"):
+        load_glove(str(tmp_path / "corrupt.txt.gz"))
     (tmp_path / "w2v.txt").write_text("2 3\n" + text)  # word2vec header line
     assert load_glove(str(tmp_path / "w2v.txt"))[0] == glove_dim(str(tmp_path / "w2v.txt")) == 3
 

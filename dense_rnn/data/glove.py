@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import zlib
 from collections.abc import Iterable, Iterator
 
 import numpy as np
@@ -25,7 +26,7 @@ def _vector_lines(path: str) -> Iterator[tuple[int, list[str]]]:
                 header = n == 1 and len(fields) == 2 and all(x.isdigit() for x in fields)
                 if len(fields) >= 2 and not header:
                     yield n, fields
-    except (UnicodeDecodeError, OSError, EOFError, ValueError) as e:
+    except (UnicodeDecodeError, OSError, EOFError, ValueError, zlib.error) as e:
         raise UserError(f"cannot read embeddings {path} ({type(e).__name__}: {e}); "
                         "expected a UTF-8 GloVe .txt or .txt.gz file") from None
 
