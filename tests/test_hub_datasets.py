@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from dense_rnn.data import ptb
-from dense_rnn.data.text_classification import DATASETS, load_hub, make_splits
+from dense_rnn.data.text_classification import DATASETS, TREC_LABELS, load_hub, make_splits
 from dense_rnn.errors import UserError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -72,13 +72,29 @@ def test_trec_coarse_label_and_sst_validation(tmp_path):
     assert raw["dev"]["tokens"][0] == ["a", "lrb", "good", "rrb", "film"]
 
 
+def test_hub_class_names_in_another_order_map_to_the_local_ids(tmp_path):
+    """CogComp/trec's ClassLabel lists ABBR, ENTY, DESC, ...: ids follow TREC_LABELS."""
+    hub_names = ["ABBR", "ENTY", "DESC", "HUM", "LOC", "NUM"]
+    features = datasets.Features({"text": datasets.Value("string"),
+                                  "coarse_label": datasets.ClassLabel(names=hub_names)})
+    root = tmp_path / "trec"
+    root.mkdir()
+    for split in ("train", "test"):
+        datasets.Dataset.from_dict({"text": ["What is it ?"] * 3, "coarse_label": [1, 2, 5]},
+                                   features=features).to_parquet(root / f"{split}.parquet")
+    labels = load_hub(str(root), DATASETS["trec"])["test"]["label"]
+    assert [TREC_LABELS[i] for i in labels] == ["ENTY", "DESC", "NUM"]
+
+
 @pytest.mark.parametrize("splits,message", [
     ({s: {"sentence_text": ["a"], "label": [0]} for s in ("train", "test")},
      "split train has no text column (text or sentence); its columns: sentence_text, label"),
+    ({"train": {"text": ["a"], "label": [0]}, "test": {"text": ["a", "b"], "label": [-1, 0]}},
+     "split test has labels -1..0, not 0..3 (an unlabelled split"),
     ({"train": {"text": ["a"], "label": [0]}, "test": {"text": ["a"], "label": [-1]}},
-     "split test has labels -1..-1, not 0..3 (an unlabelled split"),
+     "has no labelled test split (its splits: train, test; unlabelled or empty: test)"),
     ({"train": {"text": ["a"], "label": [0]}, "validation": {"text": ["a"], "label": [0]}},
-     "has no test split (its splits: train, validation)"),
+     "has no labelled test split (its splits: train, validation)"),
     ({"train": {"text": ["a"], "label": [7]}, "test": {"text": ["a"], "label": [0]}},
      "split train has labels 7..7, not 0..3"),
     ({s: {"text": ["a"], "label": ["World"]} for s in ("train", "test")},

@@ -22,6 +22,7 @@ import os
 import re
 from collections.abc import Callable, Iterator, Sequence
 from types import ModuleType
+from typing import Any
 
 import datasets
 import numpy as np
@@ -203,6 +204,7 @@ class DatasetSpec:
     num_folds: int = 0
     clean: Callable[[str], str] = clean_str
     hub: str = ""
+    label_names: tuple[str, ...] = ()  # class ids' names, where a hub version names them
 
 
 # Hub datasets (columns text and label; TREC: coarse_label) have their own train/dev/test
@@ -222,7 +224,7 @@ DATASETS: dict[str, DatasetSpec] = {
                                 clean=clean_str_sst),
     "sst2_phrases": DatasetSpec(2, lambda d: load_sst(d, fine=False, phrases=True),
                                 clean=clean_str_sst),
-    "trec": DatasetSpec(6, load_trec, hub="CogComp/trec"),
+    "trec": DatasetSpec(6, load_trec, hub="CogComp/trec", label_names=TREC_LABELS),
     # Zhao et al. 2019 (HM-DenseRNN); dense_rnn.data.hm_datasets imports this module.
     "imdb": DatasetSpec(2, lambda d: _hm_datasets().load_imdb(d), clean=clean_str_html,
                         hub="stanfordnlp/imdb"),
@@ -249,7 +251,7 @@ def load_hub(name: str, spec: DatasetSpec) -> Splits:
     from dense_rnn.data import hub
 
     raw = hub.load(name)
-    splits = {}
+    splits, unlabelled = {}, []
     for split, ds in raw.items():
         if split not in _HUB_SPLITS:
             continue
@@ -257,13 +259,17 @@ def load_hub(name: str, spec: DatasetSpec) -> Splits:
         text = _column(ds, ("text", "sentence"), "text", where)
         label = _column(ds, ("label", "coarse_label"), "label", where)
         labels = np.asarray(ds[label])
+        if not len(labels) or (labels == -1).all():  # empty, or its labels held back (GLUE)
+            unlabelled.append(split)
+            continue
         if labels.dtype.kind not in "iu":
             raise UserError(f"{where}: column {label} holds {labels.dtype} values, not class "
                             f"ids 0..{spec.num_classes - 1}")
-        if len(labels) and not (labels.min() >= 0 and labels.max() < spec.num_classes):
+        if not (labels.min() >= 0 and labels.max() < spec.num_classes):
             raise UserError(f"{where} has labels {labels.min()}..{labels.max()}, not "
                             f"0..{spec.num_classes - 1} (an unlabelled split, or another "
                             "dataset?)")
+        labels = _local_class_ids(labels, ds.features[label], spec, where)
         splits[_HUB_SPLITS[split]] = _dataset(ds[text], labels.tolist(), spec.clean)
     if spec.num_folds:
         if not splits:
@@ -271,9 +277,24 @@ def load_hub(name: str, spec: DatasetSpec) -> Splits:
         return {"all": datasets.concatenate_datasets(list(splits.values()))}
     missing = {"train", "test"} - set(splits)
     if missing:
-        raise UserError(f"--hf_dataset={name} has no {' or '.join(sorted(missing))} split "
-                        f"(its splits: {', '.join(raw)})")
+        raise UserError(f"--hf_dataset={name} has no labelled {' or '.join(sorted(missing))} "
+                        f"split (its splits: {', '.join(raw)}"
+                        + (f"; unlabelled or empty: {', '.join(unlabelled)})" if unlabelled
+                           else ")"))
     return splits
+
+
+def _local_class_ids(labels: np.ndarray, feature: Any, spec: DatasetSpec,
+                     where: str) -> np.ndarray:
+    """``labels`` as the local files' class ids, where the hub's ``ClassLabel`` names its
+    classes in another order (``CogComp/trec``: ABBR, ENTY, DESC, ...)."""
+    names = getattr(feature, "names", None)
+    if not spec.label_names or not names or list(names) == list(spec.label_names):
+        return labels
+    if sorted(names) != sorted(spec.label_names):
+        raise UserError(f"{where} names its classes {', '.join(names)}; expected "
+                        f"{', '.join(spec.label_names)}")
+    return np.asarray([spec.label_names.index(n) for n in names])[labels]
 
 
 def truncate(splits: Splits, max_len: int) -> Splits:
