@@ -15,6 +15,7 @@ probabilities per sentence, then the perplexity)::
 from __future__ import annotations
 
 import os
+import sys
 
 from absl import flags
 
@@ -70,6 +71,11 @@ def infer(workdir: str) -> None:
         raise UserError("--mode=score needs --text_file=FILE, one sentence a line")
     trained = lm_infer.load(workdir)
     if FLAGS.mode == "sample":
+        unknown = [w for w in FLAGS.prompt.split() if w not in trained.word_to_id]
+        if unknown:
+            print(f"note: the model reads {len(unknown)} prompt word(s) as <unk>, not in its "
+                  f"vocabulary: {' '.join(unknown[:10])} (PTB's words are lower-case, its "
+                  "numbers N)", file=sys.stderr)
         words = lm_infer.sample(trained, FLAGS.prompt, FLAGS.num_words, FLAGS.temperature,
                                 FLAGS.seed or 0)
         print(lm_infer.render(FLAGS.prompt.split() + words))

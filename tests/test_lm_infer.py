@@ -74,6 +74,9 @@ def test_score_file_maps_unknown_words(trained, tmp_path):
     assert scores.perplexity == pytest.approx(math.exp(-scores.log_probs.sum() / 8))
     with pytest.raises(UserError, match="no text file"):
         lm_infer.score_file(trained, str(tmp_path / "missing.txt"))
+    (tmp_path / "bom.txt").write_bytes("\ufeffw1 w2 w3\n".encode())  # as Notepad saves
+    bom = lm_infer.score_file(trained, str(tmp_path / "bom.txt"))
+    assert bom.num_unknown == 0 and bom.log_probs[0] == pytest.approx(scores.log_probs[0])
     (tmp_path / "binary.txt").write_bytes(b"w1 w2\n\xff\xfe\x00\x81\n")
     with pytest.raises(UserError, match="is not UTF-8 text"):
         lm_infer.score_file(trained, str(tmp_path / "binary.txt"))
@@ -87,10 +90,12 @@ def test_workdir_without_checkpoint(workdir, tmp_path):
 
 
 def test_binary_sample_score_and_bad_inputs(workdir, tmp_path):
-    r = run_binary("--mode=sample", f"--workdir={workdir}", "--prompt=w1 w2", "--num_words=7",
-                   "--seed=5")
+    r = run_binary("--mode=sample", f"--workdir={workdir}", "--prompt=w1 w2 W3",
+                   "--num_words=7", "--seed=5")
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split()[:2] == ["w1", "w2"]
+    assert r.stdout.split()[:3] == ["w1", "w2", "W3"]
+    assert "note: the model reads 1 prompt word(s) as <unk>, not in its vocabulary: W3" in (
+        r.stderr)
     text = tmp_path / "t.txt"
     text.write_text("w1 w2\nw3 qqq\n")
     r = run_binary("--mode=score", f"--workdir={workdir}", f"--text_file={text}")

@@ -152,11 +152,12 @@ def sentence_log_probs(trained: TrainedLM, sentences: list[list[int]],
     for start in range(0, len(sentences), batch_size):
         chunk = [s + [trained.eos] for s in sentences[start:start + batch_size]]
         length = -(-max(map(len, chunk)) // LENGTH_BUCKET) * LENGTH_BUCKET
-        targets = np.full((batch_size, length), trained.eos, np.int32)
-        mask = np.zeros((batch_size, length), np.float32)
+        rows = min(batch_size, 1 << (len(chunk) - 1).bit_length())  # few shapes, little padding
+        targets = np.full((rows, length), trained.eos, np.int32)
+        mask = np.zeros((rows, length), np.float32)
         for r, s in enumerate(chunk):
             targets[r, :len(s)], mask[r, :len(s)] = s, 1.0
-        inputs = np.concatenate([np.full((batch_size, 1), trained.eos, np.int32),
+        inputs = np.concatenate([np.full((rows, 1), trained.eos, np.int32),
                                  targets[:, :-1]], axis=1)
         out.append(np.asarray(fn(trained.params, inputs, targets, mask))[:len(chunk)])
     return np.concatenate(out) if out else np.zeros((0,), np.float32)
@@ -182,7 +183,7 @@ def score_file(trained: TrainedLM, path: str) -> Scores:
     if not os.path.isfile(path):
         raise UserError(f"no text file {path}; pass --text_file=FILE, one sentence a line")
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:  # a leading byte-order mark is not a word
             sentences = [" ".join(line.split()) for line in f if line.strip()]
     except UnicodeDecodeError:
         raise UserError(f"text file {path} is not UTF-8 text; give one sentence a line") from None
