@@ -4,9 +4,11 @@ A workdir written by ``experiments.ptb_lm`` holds all that is needed: ``run_iden
 (the model's config), ``vocab.txt`` (the training vocabulary) and ``best/<step>/`` (the
 parameters with the best validation perplexity).
 
-Every sentence starts from a zero state after ``<eos>`` (PTB's sentence separator) and ends
-with ``<eos>``, which is scored too, as in PTB perplexities. Words outside the vocabulary
-are mapped to ``<unk>``. Log-probabilities are natural logarithms (nats).
+Every scored sentence starts from a zero state after ``<eos>`` (PTB's sentence separator)
+and ends with ``<eos>``, which is scored too, as in PTB perplexities. Sampling starts the
+same way and carries its state across the ``<eos>`` it draws, as training does. Words
+outside the vocabulary are mapped to ``<unk>``. Log-probabilities are natural logarithms
+(nats).
 """
 
 from __future__ import annotations
