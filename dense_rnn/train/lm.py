@@ -219,12 +219,12 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
                  "opt_state": parallel.put(tx.init(params), replicated),
                  "carries": parallel.put(model.zero_carries(c.batch_size), batch_sharded)}
         state, progress = ckpt.resume(state, Progress())
+        finished = checkpoint.finished_because(progress.done, progress.epoch, c.max_epochs,
+                                               progress.global_step, c.max_steps)
         if ckpt.latest_step() is not None:
-            log(checkpoint.resume_line(
-                workdir, progress.global_step, progress.epoch,
-                f"step {progress.step_in_epoch}/{steps_per_epoch}", checkpoint.finished_because(
-                    progress.done, progress.epoch, c.max_epochs, progress.global_step,
-                    c.max_steps)))
+            log(checkpoint.resume_line(workdir, progress.global_step, progress.epoch,
+                                       f"step {progress.step_in_epoch}/{steps_per_epoch}",
+                                       finished))
         n_params = metrics.count_params(state["params"])
         log(f"config {c.name}: {n_params:,} parameters, {steps_per_epoch} steps/epoch, "
             f"device {metrics.device_description()}, data parallel over {mesh.size}, "
@@ -259,7 +259,7 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
 
         tokens_per_step = c.batch_size * c.num_steps
         compiled = False
-        stop = progress.done or (c.max_steps > 0 and progress.global_step >= c.max_steps)
+        stop = finished is not None
         while not stop and progress.epoch < c.max_epochs:
             if progress.step_in_epoch == 0:
                 state["carries"] = parallel.put(model.zero_carries(c.batch_size), batch_sharded)
