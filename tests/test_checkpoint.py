@@ -1,5 +1,7 @@
 """The checkpointer: identity across a JSON round trip, re-saving a step after a kill."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -27,6 +29,26 @@ def test_a_corrected_paper_number_leaves_the_run_resumable(tmp_path):
     with pytest.raises(UserError, match="another config"):
         checkpoint.Checkpointer(str(tmp_path), {**identity, "hidden_size": 201},
                                 descriptive=("paper_test_ppl",))
+
+
+@dataclasses.dataclass
+class _Progress:
+    global_step: int = 0
+    epoch: int = 0
+    best: float = float("inf")
+
+
+def test_save_progress_then_resume_gives_back_state_and_progress(tmp_path):
+    like = {"w": np.zeros(3, np.float32)}
+    with checkpoint.Checkpointer(str(tmp_path), {}) as ckpt:
+        assert ckpt.resume(like, _Progress()) == (like, _Progress())  # nothing saved yet
+        ckpt.save_progress({"w": np.arange(3, dtype=np.float32)}, _Progress(7, 2, 1.5), {"a": 1})
+    with checkpoint.Checkpointer(str(tmp_path), {}) as ckpt:
+        state, progress = ckpt.resume(like, _Progress())
+        assert ckpt.latest_step() == 7
+        assert ckpt.restore(like)[1]["config"] == {"a": 1}
+    np.testing.assert_array_equal(state["w"], np.arange(3))
+    assert progress == _Progress(7, 2, 1.5)
 
 
 def test_best_step_saved_again_after_a_kill(tmp_path):

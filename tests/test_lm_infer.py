@@ -53,6 +53,17 @@ def test_step_by_step_matches_one_pass(trained):
     assert np.all(one_pass < 0)
 
 
+def test_a_long_sentence_scored_in_windows_matches_one_pass(trained):
+    """A sentence longer than the window carries its state across windows (and pads to a
+    whole number of windows): the same log-probability as in one pass."""
+    long = [lm_infer.encode_words(f"w{i % 19} w{(i * 7) % 19}".split(), trained.word_to_id)[0]
+            for i in range(30)]
+    sentences = [sum(long, []), long[0]]  # 61 and 3 tokens with <eos>
+    one_pass = lm_infer.sentence_log_probs(trained, sentences, window=64)
+    windowed = lm_infer.sentence_log_probs(trained, sentences, window=16)
+    np.testing.assert_allclose(windowed, one_pass, rtol=1e-5)
+
+
 def test_sampling_is_reproducible_by_seed(trained):
     a = lm_infer.sample(trained, "w1 w2", num_words=20, seed=3)
     assert a == lm_infer.sample(trained, "w1 w2", num_words=20, seed=3)

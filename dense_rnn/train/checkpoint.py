@@ -10,6 +10,7 @@ closing the ``Checkpointer`` on the way out lets it finish.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -142,6 +143,13 @@ class Checkpointer:
         """Saves the training ``state`` and its metadata as the latest checkpoint of ``step``."""
         self._save(self._latest, step, ocp.args.Composite(
             state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)))
+
+    def save_progress(self, state: Any, progress: Any, config: dict[str, Any]) -> None:
+        """Saves ``state`` as the latest checkpoint of step ``progress.global_step``, with
+        ``progress`` (a dataclass: what ``resume`` gives back) and ``config`` as metadata."""
+        jax.block_until_ready(state)
+        self.save(progress.global_step, state,
+                  {"progress": dataclasses.asdict(progress), "config": config})
 
     def _restore(self, manager: ocp.CheckpointManager, item: str,
                  like: Any) -> tuple[Any, dict[str, Any]] | None:

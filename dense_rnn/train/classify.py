@@ -250,9 +250,7 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
 
         def save() -> None:
             progress.wall_seconds = wall_before + time.time() - wall_start
-            jax.block_until_ready(state)
-            ckpt.save(progress.global_step, state,
-                      {"progress": dataclasses.asdict(progress), "config": c.to_dict()})
+            ckpt.save_progress(state, progress, c.to_dict())
 
         def check_finite(ce_sum: float) -> None:
             metrics.check_finite(ce_sum / n_train, f"in epoch {progress.epoch + 1}", workdir,

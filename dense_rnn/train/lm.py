@@ -237,9 +237,7 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
 
         def save() -> None:
             progress.wall_seconds = wall_before + time.time() - wall_start
-            jax.block_until_ready(state)
-            ckpt.save(progress.global_step, state,
-                      {"progress": dataclasses.asdict(progress), "config": c.to_dict()})
+            ckpt.save_progress(state, progress, c.to_dict())
 
         def valid_and_record() -> bool:
             ppl = evaluate(model, eval_step, state["params"], corpus.valid, c.eval_batch_size,

@@ -28,8 +28,10 @@ from dense_rnn.errors import UserError
 from dense_rnn.models.lm import LanguageModel
 from dense_rnn.train import checkpoint, lm
 
-# One-pass scoring pads sentences to a multiple of this length (fewer recompilations).
+# Scoring pads sentences to a multiple of this length (fewer recompilations), and runs one
+# longer than SCORE_WINDOW tokens in windows of that length, carrying the state.
 LENGTH_BUCKET = 16
+SCORE_WINDOW = 512
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,34 +137,45 @@ def render(words: list[str]) -> str:
     return " ".join(words).replace(f" {ptb.EOS} ", "\n").replace(ptb.EOS, "\n").strip()
 
 
-def make_sequence_log_probs(model: LanguageModel) -> Callable:
-    """Jitted ``(params, inputs, targets, mask) -> (batch,)`` summed target log-probs of
-    every row in one pass from a zero state."""
+def make_window_log_probs(model: LanguageModel) -> Callable:
+    """Jitted ``(params, carries, inputs, targets, mask) -> ((batch,), carries)``: summed
+    target log-probs of every row over one window, from and to a carried state."""
 
-    def fn(params: Any, inputs: jax.Array, targets: jax.Array, mask: jax.Array) -> jax.Array:
-        nll, _ = model.apply({"params": params}, inputs, None, targets)
-        return -jnp.sum(nll * mask, -1)
+    def fn(params: Any, carries: tuple, inputs: jax.Array, targets: jax.Array,
+           mask: jax.Array) -> tuple[jax.Array, tuple]:
+        nll, carries = model.apply({"params": params}, inputs, carries, targets)
+        return -jnp.sum(nll * mask, -1), carries
 
     return jax.jit(fn)
 
 
-def sentence_log_probs(trained: TrainedLM, sentences: list[list[int]],
-                       batch_size: int = 32) -> np.ndarray:
-    """``log p(w_1 .. w_n <eos> | <eos>)`` of every sentence of word ids, in batches."""
-    fn = make_sequence_log_probs(trained.model)
+def sentence_log_probs(trained: TrainedLM, sentences: list[list[int]], batch_size: int = 32,
+                       window: int = SCORE_WINDOW) -> np.ndarray:
+    """``log p(w_1 .. w_n <eos> | <eos>)`` of every sentence of word ids, in batches; a
+    sentence longer than ``window`` tokens runs in windows of that length, the state carried
+    from one to the next (memory bounded by the window, not the sentence)."""
+    fn = make_window_log_probs(trained.model)
     out = []
     for start in range(0, len(sentences), batch_size):
         chunk = [s + [trained.eos] for s in sentences[start:start + batch_size]]
-        length = -(-max(map(len, chunk)) // LENGTH_BUCKET) * LENGTH_BUCKET
-        rows = min(batch_size, 1 << (len(chunk) - 1).bit_length())  # few shapes, little padding
+        longest = max(map(len, chunk))
+        bucket = window if longest > window else LENGTH_BUCKET  # few shapes, little padding
+        length = -(-longest // bucket) * bucket
+        rows = min(batch_size, 1 << (len(chunk) - 1).bit_length())
         targets = np.full((rows, length), trained.eos, np.int32)
         mask = np.zeros((rows, length), np.float32)
         for r, s in enumerate(chunk):
             targets[r, :len(s)], mask[r, :len(s)] = s, 1.0
         inputs = np.concatenate([np.full((rows, 1), trained.eos, np.int32),
                                  targets[:, :-1]], axis=1)
-        out.append(np.asarray(fn(trained.params, inputs, targets, mask))[:len(chunk)])
-    return np.concatenate(out) if out else np.zeros((0,), np.float32)
+        carries, total = trained.model.zero_carries(rows), np.zeros(rows)
+        for w in range(0, length, window):
+            part = slice(w, w + window)
+            log_probs, carries = fn(trained.params, carries, inputs[:, part], targets[:, part],
+                                    mask[:, part])
+            total += np.asarray(log_probs)
+        out.append(total[:len(chunk)])
+    return np.concatenate(out) if out else np.zeros((0,))
 
 
 @dataclasses.dataclass(frozen=True)
