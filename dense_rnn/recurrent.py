@@ -240,12 +240,14 @@ lstm_scan.defvjp(_lstm_scan_fwd, _lstm_scan_bwd)
 
 
 def make_cell_params(module: nn.Module, input_features: int) -> cells.Params:
-    """``w_ih``, ``w_hh`` and ``b`` of ``module``'s cell, created in ``module``'s scope."""
+    """``w_ih``, ``w_hh`` and ``b`` of ``module``'s cell, created in ``module``'s scope (in
+    its ``param_dtype``)."""
     g = cells.get_cell(module.cell).gates * module.features
     return {
-        "w_ih": module.param("w_ih", module.kernel_init, (input_features, g)),
-        "w_hh": module.param("w_hh", module.recurrent_init, (module.features, g)),
-        "b": module.param("b", module.bias_init, (g,)),
+        "w_ih": module.param("w_ih", module.kernel_init, (input_features, g), module.param_dtype),
+        "w_hh": module.param("w_hh", module.recurrent_init, (module.features, g),
+                             module.param_dtype),
+        "b": module.param("b", module.bias_init, (g,), module.param_dtype),
     }
 
 
@@ -257,6 +259,7 @@ class CellParams(nn.Module):
     kernel_init: Initializer
     recurrent_init: Initializer
     bias_init: Initializer
+    param_dtype: DTypeLike
 
     @nn.compact
     def __call__(self, input_features: int) -> cells.Params:
@@ -272,7 +275,8 @@ class Recurrent(nn.Module):
       features: hidden size.
       reverse: process each sequence from its last real token to its first.
       unroll: ``lax.scan`` unroll factor.
-      kernel_init / bias_init: initializers of ``w_ih``, ``w_hh`` and ``b``.
+      kernel_init / recurrent_init / bias_init: initializers of ``w_ih``, ``w_hh`` and ``b``.
+      param_dtype: the parameters' dtype (float32 also under ``jax_enable_x64``).
     """
 
     cell: str
@@ -282,6 +286,7 @@ class Recurrent(nn.Module):
     kernel_init: Initializer = nn.initializers.lecun_normal()
     recurrent_init: Initializer = nn.initializers.orthogonal()
     bias_init: Initializer = nn.initializers.zeros_init()
+    param_dtype: DTypeLike = jnp.float32
 
     def cell_params(self, input_features: int) -> cells.Params:
         """This layer's ``w_ih``, ``w_hh`` and ``b`` (``make_cell_params``)."""
@@ -323,6 +328,7 @@ class Bidirectional(nn.Module):
     kernel_init: Initializer = nn.initializers.lecun_normal()
     recurrent_init: Initializer = nn.initializers.orthogonal()
     bias_init: Initializer = nn.initializers.zeros_init()
+    param_dtype: DTypeLike = jnp.float32
 
     @nn.compact
     def __call__(
@@ -335,7 +341,8 @@ class Bidirectional(nn.Module):
         """Both directions' input projections are one matrix product; for the LSTM both
         directions then run in one scan (``lstm_scan`` with a direction axis)."""
         kw = dict(cell=self.cell, features=self.features, kernel_init=self.kernel_init,
-                  recurrent_init=self.recurrent_init, bias_init=self.bias_init)
+                  recurrent_init=self.recurrent_init, bias_init=self.bias_init,
+                  param_dtype=self.param_dtype)
         pf = CellParams(**kw, name="fwd")(x.shape[-1])
         pb = CellParams(**kw, name="bwd")(x.shape[-1])
         spec = cells.get_cell(self.cell)

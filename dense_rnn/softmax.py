@@ -22,6 +22,7 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 
 from dense_rnn import precision
 
@@ -109,12 +110,14 @@ class SoftmaxOutput(nn.Module):
     vocab_size: int
     kernel_init: nn.initializers.Initializer = nn.initializers.lecun_normal()
     bias_init: nn.initializers.Initializer = nn.initializers.zeros_init()
+    param_dtype: DTypeLike = jnp.float32
 
     @nn.compact
     def __call__(self, x: Array, targets: Array | None = None) -> Array:
         """Logits (..., vocab) of ``x`` (..., d), or with ``targets`` the per-token NLL."""
-        kernel = self.param("kernel", self.kernel_init, (x.shape[-1], self.vocab_size))
-        bias = self.param("bias", self.bias_init, (self.vocab_size,))
+        kernel = self.param("kernel", self.kernel_init, (x.shape[-1], self.vocab_size),
+                            self.param_dtype)
+        bias = self.param("bias", self.bias_init, (self.vocab_size,), self.param_dtype)
         kernel, bias = kernel.astype(x.dtype), bias.astype(x.dtype)
         if targets is None:
             return precision.matmul(x, kernel) + bias

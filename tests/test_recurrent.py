@@ -74,3 +74,32 @@ def test_recurrent_mask_is_lstm_only():
     with pytest.raises(ValueError, match="LSTM only"):
         recurrent.scan_cell(cells.get_cell("rnn"), p, jnp.zeros((1, 3, 2)), jnp.zeros((1, 2)),
                             recurrent_mask=jnp.ones((1, 2)))
+
+
+def _float32_models():
+    from dense_rnn.models import LanguageModel
+    from dense_rnn.models.dc_bilstm import DCBiLSTM
+    from dense_rnn.models.hm_densernn import NETS, HMTextClassifier
+
+    x = jnp.ones((2, 5, 3), jnp.float32)
+    tokens, lengths = jnp.ones((2, 5), jnp.int32), jnp.array([5, 2])
+    yield recurrent.Recurrent("lstm", 4), (x,)
+    yield recurrent.Recurrent("gru", 4), (x, None, lengths)
+    yield recurrent.Bidirectional("lstm", 4), (x, None, lengths)
+    yield DCBiLSTM(vocab_size=9, num_classes=3, embed_size=3, dl=2, dh=2, th=3), (tokens, lengths)
+    yield LanguageModel(vocab_size=9, embed_size=3, hidden_size=4, num_layers=2,
+                        connectivity="dense"), (tokens,)
+    for net in NETS:
+        yield HMTextClassifier(vocab_size=9, num_classes=3, embed_size=3, net=net,
+                               features=4), (tokens, lengths)
+
+
+def test_parameters_are_float32_also_under_x64(x64):
+    """With ``jax_enable_x64`` on (as in float64 reference tests), every model still
+    initialises float32 parameters and runs on float32 inputs."""
+    for model, args in _float32_models():
+        variables = model.init(jax.random.key(0), *args)
+        dtypes = {a.dtype for a in jax.tree.leaves(variables)}
+        assert dtypes == {jnp.dtype(jnp.float32)}, (type(model).__name__, dtypes)
+        out = model.apply(variables, *args)
+        assert all(a.dtype in (jnp.float32, jnp.int32) for a in jax.tree.leaves(out))
