@@ -270,10 +270,11 @@ def run() -> None:
     jobs = suite_jobs(FLAGS.suite)
     runner.check(FLAGS.root, FLAGS.parallel, FLAGS.report_only)
     runner.check_parent("plot", FLAGS.plot)
+    failed: list[str] = []
     if not FLAGS.report_only:
         by_name = {j.name: j for j in jobs}
-        runner.run_all(FLAGS.root, list(by_name), lambda name: start(by_name[name]),
-                       FLAGS.parallel, {j.name: j.lr_from for j in jobs if j.lr_from})
+        failed = runner.run_all(FLAGS.root, list(by_name), lambda name: start(by_name[name]),
+                                FLAGS.parallel, {j.name: j.lr_from for j in jobs if j.lr_from})
     if FLAGS.record:
         record(jobs, FLAGS.record)
     table = report(jobs, SUITES[FLAGS.suite][0])
@@ -283,6 +284,7 @@ def run() -> None:
     if FLAGS.plot:
         plot(jobs, FLAGS.plot)
     print(table)
+    runner.check_all_finished(failed, FLAGS.root)
 
 
 if __name__ == "__main__":

@@ -70,14 +70,15 @@ def run() -> None:
                         f"{', '.join(ptb_configs.CONFIGS)}")
     runner.check(FLAGS.root, FLAGS.parallel, FLAGS.report_only)
     runner.check_parent("report", FLAGS.report)
-    if not FLAGS.report_only:
-        runner.run_all(FLAGS.root, FLAGS.configs, start, FLAGS.parallel)
+    failed = [] if FLAGS.report_only else runner.run_all(FLAGS.root, FLAGS.configs, start,
+                                                         FLAGS.parallel)
     table = report(FLAGS.configs)
     path = FLAGS.report or (None if FLAGS.report_only else os.path.join(FLAGS.root, "table1.md"))
     if path:
         with open(path, "w") as f:
             f.write(table)
     print(table)
+    runner.check_all_finished(failed, FLAGS.root)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dense_rnn.errors import UserError
 
 RECORDED_ENV = ("XLA_FLAGS",)  # environment that changes a run, written into command.txt
+# A finished run's files while the same workdir runs under another command.
+PREVIOUS = {"summary.json": "summary.previous.json", "command.txt": "command.previous.txt"}
 
 
 def check(root: str, parallel: int, report_only: bool) -> None:
@@ -54,7 +56,8 @@ def launch(module: str, args: Sequence[str], workdir: str) -> subprocess.Popen |
     """Starts ``python -m MODULE ARGS --workdir=WORKDIR``, its command line written to
     ``WORKDIR/command.txt`` and its output appended to ``WORKDIR/train.log``; or returns None
     when the run has finished under this very command. A summary written under another
-    command is kept as ``summary.previous.json`` until the new run writes its own."""
+    command is kept as ``summary.previous.json`` (its command as ``command.previous.txt``)
+    until the new run writes its own; ``run_all`` puts both back if the new run fails."""
     os.makedirs(workdir, exist_ok=True)
     cmd = [sys.executable, "-m", module, *args, f"--workdir={workdir}"]
     line = command_line(cmd) + "\n"
@@ -63,7 +66,9 @@ def launch(module: str, args: Sequence[str], workdir: str) -> subprocess.Popen |
         with contextlib.suppress(FileNotFoundError), open(recorded) as f:
             if f.read() == line:
                 return None
-        os.replace(done, os.path.join(workdir, "summary.previous.json"))
+        os.replace(done, os.path.join(workdir, PREVIOUS["summary.json"]))
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(recorded, os.path.join(workdir, PREVIOUS["command.txt"]))
     with open(recorded, "w") as f:
         f.write(line)
     with open(os.path.join(workdir, "train.log"), "a") as log:  # the child keeps its copy
@@ -72,14 +77,15 @@ def launch(module: str, args: Sequence[str], workdir: str) -> subprocess.Popen |
 
 def run_all(root: str, names: Sequence[str],
             start: Callable[[str], subprocess.Popen | None], parallel: int,
-            after: Mapping[str, str] | None = None) -> None:
+            after: Mapping[str, str] | None = None) -> list[str]:
     """Runs ``start(name)`` (``launch``: None for a run already finished) for every run,
     ``parallel`` at a time; a run named in ``after`` waits until that run has finished, and
-    is skipped if it failed."""
+    is skipped if it failed. Returns the runs that failed or were skipped, each with why."""
     after = after or {}
     os.makedirs(root, exist_ok=True)
     pending = list(names)
     running: dict[str, subprocess.Popen] = {}
+    failed: list[str] = []
     while pending or running:
         for name in list(pending):
             if len(running) >= parallel:
@@ -88,6 +94,7 @@ def run_all(root: str, names: Sequence[str],
             if first and summary(root, first) is None:
                 if first not in running and first not in pending:
                     _log(f"skipped {name}: {first} failed")
+                    failed.append(f"{name} (skipped: {first} failed)")
                     pending.remove(name)
                 continue
             pending.remove(name)
@@ -100,8 +107,35 @@ def run_all(root: str, names: Sequence[str],
         time.sleep(2)
         for name, proc in list(running.items()):
             if proc.poll() is not None:
-                _log(f"finished {name} (exit {proc.returncode})")
                 del running[name]
+                if proc.returncode == 0:
+                    _log(f"finished {name}")
+                    continue
+                failed.append(f"{name} (exit {proc.returncode})")
+                kept = _restore_previous(os.path.join(root, name))
+                _log(f"failed {name} (exit {proc.returncode}; its log: "
+                     f"{os.path.join(root, name, 'train.log')})"
+                     + ("; its previous results are kept" if kept else ""))
+    return failed
+
+
+def _restore_previous(workdir: str) -> bool:
+    """Puts back the summary (and command) of a finished run that a failed relaunch moved
+    aside; returns whether there was one."""
+    moved = os.path.join(workdir, PREVIOUS["summary.json"])
+    if os.path.exists(os.path.join(workdir, "summary.json")) or not os.path.exists(moved):
+        return False
+    for current, previous in PREVIOUS.items():
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(os.path.join(workdir, previous), os.path.join(workdir, current))
+    return True
+
+
+def check_all_finished(failed: Sequence[str], root: str) -> None:
+    """After the report: a ``UserError`` (exit status 2) naming the runs that failed."""
+    if failed:
+        raise UserError(f"{len(failed)} run(s) did not finish: {', '.join(failed)}; each "
+                        f"one's output is in {root}/NAME/train.log")
 
 
 def _log(message: str) -> None:

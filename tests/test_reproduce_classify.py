@@ -11,6 +11,7 @@ from absl import flags
 
 from dense_rnn.configs import dc_bilstm, hm_densernn
 from dense_rnn.data import DEFAULT_DATA_DIR
+from dense_rnn.errors import UserError
 from dense_rnn.train import classify
 from experiments import reproduce_classify as rc
 from experiments import runner
@@ -254,9 +255,10 @@ def test_a_run_waits_for_its_sweep_and_is_skipped_if_it_failed(tmp_path, monkeyp
             (tmp_path / name / "summary.json").write_text("{}")
         return subprocess.Popen([sys.executable, "-c", ""])
 
-    runner.run_all(str(tmp_path), ["ok", "after_ok", "bad", "after_bad"], start, 1,
-                   {"after_ok": "ok", "after_bad": "bad"})
+    failed = runner.run_all(str(tmp_path), ["ok", "after_ok", "bad", "after_bad"], start, 1,
+                            {"after_ok": "ok", "after_bad": "bad"})
     assert started == ["ok", "after_ok", "bad"]
+    assert failed == ["after_bad (skipped: bad failed)"]
     assert "skipped after_bad: bad failed" in capsys.readouterr().out
     started.clear()
     runner.run_all(str(tmp_path), ["ok"], start, 1)  # finished runs are not started again
@@ -275,3 +277,26 @@ def test_a_finished_run_is_launched_again_only_under_another_command(tmp_path, m
     assert "--max_epochs=9" in (workdir / "command.txt").read_text()
     assert not (workdir / "summary.json").exists()  # not finished under the new command
     assert (workdir / "summary.previous.json").read_text() == '{"epochs": 5}'
+
+
+def test_a_failed_relaunch_keeps_the_previous_results_and_is_reported(tmp_path, monkeypatch,
+                                                                       capsys):
+    """A finished run relaunched under another command that fails (a config the checkpoint
+    refuses, say) gets its summary and command back, and the driver's exit says so."""
+    monkeypatch.setattr(runner.time, "sleep", lambda s: None)
+    popen = subprocess.Popen
+    monkeypatch.setattr(runner.subprocess, "Popen", lambda cmd, **kw: popen(
+        [sys.executable, "-c", "raise SystemExit(2)"], **kw))
+    workdir = tmp_path / "tiny"
+    workdir.mkdir()
+    (workdir / "summary.json").write_text('{"epochs": 5}')
+    (workdir / "command.txt").write_text("python -m experiments.ptb_lm --config=tiny\n")
+    failed = runner.run_all(str(tmp_path), ["tiny"], lambda name: runner.launch(
+        "experiments.ptb_lm", ["--config=tiny", "--hidden_size=32"], str(workdir)), 1)
+    assert failed == ["tiny (exit 2)"]
+    assert (workdir / "summary.json").read_text() == '{"epochs": 5}'
+    assert (workdir / "command.txt").read_text() == "python -m experiments.ptb_lm --config=tiny\n"
+    assert not (workdir / "summary.previous.json").exists()
+    assert "its previous results are kept" in capsys.readouterr().out
+    with pytest.raises(UserError, match=r"1 run\(s\) did not finish: tiny \(exit 2\)"):
+        runner.check_all_finished(failed, str(tmp_path))

@@ -53,7 +53,7 @@ def test_runs_record_a_runnable_command_line(tmp_path):
     r = reproduce(f"--root={root}", "--configs=tiny", "--extra=--dry_run",
                   env={"XLA_FLAGS": XLA_FLAGS})
     assert r.returncode == 0, r.stderr
-    assert "finished tiny (exit 0)" in r.stdout
+    assert "finished tiny\n" in r.stdout
     command = (root / "tiny" / "command.txt").read_text()
     assert command == (f"XLA_FLAGS='{XLA_FLAGS}' python -m experiments.ptb_lm --config=tiny "
                        f"--dry_run --workdir={root / 'tiny'}\n")
