@@ -8,7 +8,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 
-from absl import app, logging
+from absl import app, flags, logging
 
 from dense_rnn.errors import Interrupted, UserError
 from dense_rnn.platform import enable_compilation_cache, reexec_with_fast_malloc
@@ -63,7 +63,18 @@ def run_binary(run: Callable[[], None]) -> None:
         run()
 
     app.run(lambda argv: _one_line_errors(
-        main, argv, interrupted=f"interrupted; {RESUME_HINT} from its last checkpoint"))
+        main, argv, interrupted=f"interrupted; {RESUME_HINT} from its last checkpoint"),
+        flags_parser=_parse_flags)
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+    """absl's flag parsing, a bad flag or value reported as one ``error: ...`` line with
+    exit status 2 (absl's own prints two lines and exits 1)."""
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as e:
+        print(f"error: {str(e).splitlines()[0]} (--helpfull lists every flag)", file=sys.stderr)
+        sys.exit(2)
 
 
 def run_script(main: Callable[[], object]) -> None:

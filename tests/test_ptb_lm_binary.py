@@ -229,6 +229,12 @@ def test_dry_run_reads_no_data():
                    "--compute_dtype=float16: use one of float32, bfloat16")
 
 
+def test_a_bad_flag_or_value_is_one_error_line():
+    one_line_error(run_binary("--max_steps=abc"), "flag --max_steps=abc: invalid literal")
+    one_line_error(run_binary("--bogus=1"), "Unknown command line flag 'bogus'")
+    one_line_error(run_binary("--mode=sampel"), "value should be one of <train|sample|score>")
+
+
 def test_bad_inputs(corpus_dir, tmp_path):
     one_line_error(run_binary("--config=nope"), "known configs: zaremba_small")
     one_line_error(
