@@ -73,7 +73,7 @@ flags.DEFINE_bool("sweep", True, "HM suites: choose the learning rate on dev (se
 flags.DEFINE_string("data_dir", None, "Passed on to experiments.classify.")
 flags.DEFINE_string("embeddings", GLOVE, "GloVe file passed on to experiments.classify.")
 flags.DEFINE_integer("parallel", 1, "Runs at a time.")
-flags.DEFINE_list("extra", [], "Extra flags for every run, e.g. --extra=--max_epochs=5.")
+flags.DEFINE_multi_string("extra", [], runner.EXTRA_HELP)
 flags.DEFINE_bool("report_only", False, "Only print the report of the runs under --root.")
 flags.DEFINE_string("record", None, "Copy every finished run's records to DIR/RUN/.")
 flags.DEFINE_string("plot", None, "Also draw the dev/test curves of every group to this PNG.")
@@ -157,7 +157,7 @@ def start(job: Job) -> subprocess.Popen | None:
         args.append(f"--learning_rate={rate:g}")
     if FLAGS.data_dir:
         args.append(f"--data_dir={FLAGS.data_dir}")
-    return runner.launch("experiments.classify", [*args, *FLAGS.extra],
+    return runner.launch("experiments.classify", [*args, *runner.extra_args(FLAGS.extra)],
                          os.path.join(FLAGS.root, job.name))
 
 

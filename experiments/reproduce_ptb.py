@@ -28,7 +28,7 @@ flags.DEFINE_list("configs", PAPER_ROWS, "Configs to run.")
 flags.DEFINE_string("root", "workdirs/table1", "One workdir per config under this directory.")
 flags.DEFINE_string("data_dir", None, "Passed on to experiments.ptb_lm.")
 flags.DEFINE_integer("parallel", 1, "Runs at a time (several fit on one GPU).")
-flags.DEFINE_list("extra", [], "Extra flags for every run, e.g. --extra=--max_epochs=20.")
+flags.DEFINE_multi_string("extra", [], runner.EXTRA_HELP)
 flags.DEFINE_bool("report_only", False, "Only print the table of the runs under --root.")
 flags.DEFINE_string("report", None, "Also write the table to this file (default after "
                     "running: ROOT/table1.md).")
@@ -39,7 +39,8 @@ def start(name: str) -> subprocess.Popen | None:
     """Launches the training run of config ``name`` in ``ROOT/name`` (None: it has
     finished under this command)."""
     data_dir = [f"--data_dir={FLAGS.data_dir}"] if FLAGS.data_dir else []
-    return runner.launch("experiments.ptb_lm", [f"--config={name}", *data_dir, *FLAGS.extra],
+    return runner.launch("experiments.ptb_lm",
+                         [f"--config={name}", *data_dir, *runner.extra_args(FLAGS.extra)],
                          os.path.join(FLAGS.root, name))
 
 

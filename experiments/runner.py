@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -35,6 +36,16 @@ def check_parent(flag: str, path: str | None) -> None:
     run, not after the suite)."""
     if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
         raise UserError(f"--{flag}={path}: its directory does not exist")
+
+
+EXTRA_HELP = ("Flags for every run, e.g. --extra=--max_epochs=20; several in one (split at "
+              "each comma that starts a --flag: --extra=--depths=2,4,--dry_run) or repeated.")
+
+
+def extra_args(values: Sequence[str]) -> list[str]:
+    """The flags of every ``--extra`` value, each split at the commas that start another
+    ``--flag`` (a comma inside a value, as in ``--depths=2,4``, stays)."""
+    return [arg for value in values for arg in re.split(r",(?=--)", value) if arg]
 
 
 def summary(root: str, name: str) -> dict | None:

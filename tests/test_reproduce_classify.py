@@ -300,3 +300,11 @@ def test_a_failed_relaunch_keeps_the_previous_results_and_is_reported(tmp_path, 
     assert "its previous results are kept" in capsys.readouterr().out
     with pytest.raises(UserError, match=r"1 run\(s\) did not finish: tiny \(exit 2\)"):
         runner.check_all_finished(failed, str(tmp_path))
+
+
+def test_extra_splits_only_at_commas_that_start_a_flag():
+    assert runner.extra_args(["--depths=2,4,--dry_run", "--lr_sweep=1e-2,1e-3"]) == [
+        "--depths=2,4", "--dry_run", "--lr_sweep=1e-2,1e-3"]
+    assert runner.extra_args(["--scan_unroll=5,--log_every_steps=400"]) == [
+        "--scan_unroll=5", "--log_every_steps=400"]
+    assert runner.extra_args([]) == []

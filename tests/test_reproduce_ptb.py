@@ -50,14 +50,15 @@ def test_report_only_prints_the_finished_runs_and_writes_nothing(tmp_path):
 
 def test_runs_record_a_runnable_command_line(tmp_path):
     root = tmp_path / "runs"
-    r = reproduce(f"--root={root}", "--configs=tiny", "--extra=--dry_run",
-                  env={"XLA_FLAGS": XLA_FLAGS})
+    r = reproduce(f"--root={root}", "--configs=tiny", "--extra=--dry_run,--hidden_size=32",
+                  "--extra=--num_layers=3", env={"XLA_FLAGS": XLA_FLAGS})
     assert r.returncode == 0, r.stderr
     assert "finished tiny\n" in r.stdout
     command = (root / "tiny" / "command.txt").read_text()
     assert command == (f"XLA_FLAGS='{XLA_FLAGS}' python -m experiments.ptb_lm --config=tiny "
-                       f"--dry_run --workdir={root / 'tiny'}\n")
+                       f"--dry_run --hidden_size=32 --num_layers=3 --workdir={root / 'tiny'}\n")
     assert shlex.split(command)[:4] == [f"XLA_FLAGS={XLA_FLAGS}", "python", "-m",
                                         "experiments.ptb_lm"]
-    assert "num_params=" in (root / "tiny" / "train.log").read_text()
+    log = (root / "tiny" / "train.log").read_text()
+    assert "num_params=" in log and "hidden_size=32" in log and "num_layers=3" in log
     assert "| tiny | |" in (root / "table1.md").read_text()
