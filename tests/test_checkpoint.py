@@ -70,10 +70,10 @@ def test_restore_and_restore_best_refuse_another_structure_alike(tmp_path):
     ckpt.save_best(3, {"w": np.zeros(3, np.float32)}, {"dev": 0.5})
     ckpt.close()
     other = {"w": np.zeros(3, np.float32), "b": np.zeros(2, np.float32)}
-    with (pytest.raises(UserError, match=r"checkpoint .*/checkpoints/3 does not fit this config"),
+    with (pytest.raises(UserError, match=r"checkpoints/3 cannot be read .* does not fit"),
           checkpoint.Checkpointer(str(tmp_path), {}) as ckpt):
         ckpt.restore(other)
-    with pytest.raises(UserError, match=r"checkpoint .*/best/3 does not fit this config"):
+    with pytest.raises(UserError, match=r"checkpoint .*/best/3 cannot be read .* does not fit"):
         checkpoint.load_best(str(tmp_path), {}, other, "after the first epoch")
 
 
@@ -87,3 +87,45 @@ def test_resume_line_says_where_training_picks_up_or_why_there_is_nothing_to_tra
     assert checkpoint.resume_line("w", 300, 3, "step 0/100", "stopped early") == (
         "w holds a finished run (step 300; stopped early): nothing to train, reporting its "
         "results")
+
+
+def test_an_unreadable_latest_checkpoint_falls_back_to_the_one_before(tmp_path, capsys):
+    """A checkpoint whose files were cut short is reported, removed, and the older one
+    restored; with none left to fall back on, the error says the checkpoint is damaged."""
+    like = {"w": np.zeros(3, np.float32)}
+    with checkpoint.Checkpointer(str(tmp_path), {}) as ckpt:
+        ckpt.save(1, {"w": np.ones(3, np.float32)}, {"epoch": 1})
+        ckpt.save(2, {"w": np.full(3, 2, np.float32)}, {"epoch": 2})
+    for f in (tmp_path / "checkpoints" / "2" / "state").rglob("*"):
+        if f.is_file():
+            f.write_bytes(f.read_bytes()[:10])
+    with checkpoint.Checkpointer(str(tmp_path), {}) as ckpt:
+        state, meta = ckpt.restore(like)
+        assert ckpt.latest_step() == 1
+    np.testing.assert_array_equal(state["w"], np.ones(3))
+    assert meta == {"epoch": 1}
+    assert "checkpoints/2 cannot be read" in capsys.readouterr().err
+    for f in (tmp_path / "checkpoints" / "1" / "state").rglob("*"):
+        if f.is_file():
+            f.write_bytes(f.read_bytes()[:10])
+    with (pytest.raises(UserError, match=r"checkpoints/1 cannot be read .*: it is damaged or "
+                        r"does not fit this config; use a new --workdir"),
+          checkpoint.Checkpointer(str(tmp_path), {}) as ckpt):
+        ckpt.restore(like)
+
+
+def test_discard_from_removes_that_step_and_later(tmp_path):
+    with checkpoint.Checkpointer(str(tmp_path), {}, max_to_keep=3) as ckpt:
+        for step in (1, 2, 3):
+            ckpt.save(step, {"w": np.zeros(3, np.float32)}, {})
+        assert ckpt.discard_from(2) == 1
+        assert ckpt.discard_from(1) is None
+
+
+def test_a_run_of_the_other_binary_is_named_so(tmp_path):
+    lm_like = {f"lm_{i}": i for i in range(8)} | {"seed": 0}
+    with checkpoint.Checkpointer(str(tmp_path), lm_like) as ckpt:
+        ckpt.save(1, {"w": np.zeros(1)}, {})
+    with pytest.raises(UserError, match=r"holds a run of another kind of model \(.* and \d+ "
+                       r"more\)"):
+        checkpoint.Checkpointer(str(tmp_path), {f"cls_{i}": i for i in range(8)} | {"seed": 0})

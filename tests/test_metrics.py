@@ -2,39 +2,35 @@
 workdir holds) and the resume-safe metrics.jsonl."""
 
 import json
+import re
 
 import pytest
 
 from dense_rnn.errors import UserError
 from dense_rnn.train import classify, lm
-from dense_rnn.train.metrics import MetricsWriter, check_finite
-
-
-def test_finite_loss_passes():
-    check_finite(2.5, "at step 1", "w", saved=False, resumable=lm.RESUMABLE_FIELDS)
+from dense_rnn.train.metrics import MetricsWriter, not_finite_error
 
 
 @pytest.mark.parametrize("resumable", [lm.RESUMABLE_FIELDS, classify.RESUMABLE_FIELDS])
-def test_nothing_saved_yet(resumable):
-    with pytest.raises(UserError) as e:
-        check_finite(float("nan"), "at step 7", "w", saved=False, resumable=resumable)
-    assert str(e.value) == ("training loss is nan at step 7; no checkpoint was saved yet: "
-                            "lower --learning_rate or clip gradients harder with --max_grad_norm")
+def test_no_checkpoint_left(resumable):
+    e = not_finite_error(float("nan"), "at step 7", "w", None, resumable)
+    assert str(e) == ("training loss is nan at step 7; no checkpoint from before it is left: "
+                      "lower --learning_rate or clip gradients harder with --max_grad_norm "
+                      "(a rerun starts over)")
 
 
-def test_lm_checkpoint_is_kept_for_resume():
-    with pytest.raises(UserError, match=r"loss is inf in epoch 2; the last good checkpoint in "
-                       r"w/checkpoints is kept: lower --learning_rate .*, and resume$"):
-        check_finite(float("inf"), "in epoch 2", "w", saved=True, resumable=lm.RESUMABLE_FIELDS)
+def test_lm_resumes_from_the_last_good_checkpoint():
+    e = not_finite_error(float("inf"), "at step 9", "w", 4, lm.RESUMABLE_FIELDS)
+    assert re.fullmatch(r"training loss is inf at step 9; resume from the last good checkpoint "
+                        r"\(w/checkpoints/4; any later one is removed\): lower --learning_rate "
+                        r".* --max_grad_norm", str(e)), str(e)
 
 
 def test_classifier_cannot_resume_with_another_learning_rate():
-    with pytest.raises(UserError) as e:
-        check_finite(float("nan"), "in epoch 3", "w", saved=True,
-                     resumable=classify.RESUMABLE_FIELDS)
-    assert str(e.value) == ("training loss is nan in epoch 3; lower --learning_rate or clip "
-                            "gradients harder with --max_grad_norm in a new --workdir (w "
-                            "resumes only the same config)")
+    e = not_finite_error(float("nan"), "in epoch 3", "w", 5, classify.RESUMABLE_FIELDS)
+    assert str(e) == ("training loss is nan in epoch 3; lower --learning_rate or clip "
+                      "gradients harder with --max_grad_norm in a new --workdir (w "
+                      "resumes only the same config)")
 
 
 def _write_records(tmp_path, steps, tail=""):

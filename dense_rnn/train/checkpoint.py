@@ -14,6 +14,7 @@ import dataclasses
 import json
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -104,9 +105,13 @@ class Checkpointer:
                       if k not in self.descriptive and stored.get(k) != self.identity.get(k))
         if diff:
             shown = ", ".join(f"{k}: {stored.get(k)!r} -> {self.identity.get(k)!r}"
-                              for k in diff[:4])
+                              for k in diff[:4]) + (f" and {len(diff) - 4} more" * (len(diff) > 4))
+            keys = set(stored) | set(self.identity)
+            # Most fields only on one side: a run of the other binary (ptb_lm / classify).
+            what = ("another kind of model" if 2 * len(set(stored) ^ set(self.identity)) > len(keys)
+                    else "another config")
             raise UserError(
-                f"workdir {self.workdir} holds a run of another config ({shown}); "
+                f"workdir {self.workdir} holds a run of {what} ({shown}); "
                 "use a new --workdir, or the same config to resume"
             )
 
@@ -151,27 +156,54 @@ class Checkpointer:
         self.save(progress.global_step, state,
                   {"progress": dataclasses.asdict(progress), "config": config})
 
-    def _restore(self, manager: ocp.CheckpointManager, item: str,
-                 like: Any) -> tuple[Any, dict[str, Any]] | None:
-        """The latest ``item`` of ``manager`` (structured like ``like``) and its metadata, or
-        None; a checkpoint that does not fit ``like`` is a ``UserError``."""
-        step = manager.latest_step()
+    def _restore(self, manager: ocp.CheckpointManager, item: str, like: Any,
+                 step: int | None = None) -> tuple[Any, dict[str, Any]] | None:
+        """``item`` of ``manager``'s checkpoint ``step`` (default: the latest), structured like
+        ``like``, and its metadata, or None without a checkpoint; one that cannot be read
+        (damaged, or of another structure) is a ``UserError``."""
+        step = manager.latest_step() if step is None else step
         if step is None:
             return None
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
         args = {item: ocp.args.StandardRestore(abstract), "meta": ocp.args.JsonRestore()}
         try:
             out = manager.restore(step, args=ocp.args.Composite(**args))
-        except (ValueError, KeyError, FileNotFoundError) as e:
+        except Exception as e:  # orbax raises bare Exceptions for damaged files
+            why = f"{type(e).__name__}: {str(e).splitlines()[0][:100]}" if str(e) else (
+                type(e).__name__)
             raise UserError(
-                f"checkpoint {self.workdir}/{manager.directory.name}/{step} does not fit this "
-                f"config ({type(e).__name__}); use a new --workdir"
+                f"checkpoint {self.workdir}/{manager.directory.name}/{step} cannot be read "
+                f"({why}): it is damaged or does not fit this config; use a new --workdir"
             ) from None
         return out[item], out.meta
 
     def restore(self, like: Any) -> tuple[Any, dict[str, Any]] | None:
-        """The latest state (structured like ``like``) and its metadata, or None."""
-        return self._restore(self._latest, "state", like)
+        """The latest state (structured like ``like``) and its metadata, or None. A latest
+        checkpoint that cannot be read (a file cut short, say) is reported on stderr and
+        removed, and the one before it restored."""
+        steps = sorted(self._latest.all_steps(), reverse=True)
+        for i, step in enumerate(steps):
+            try:
+                restored = self._restore(self._latest, "state", like, step)
+            except UserError as e:
+                if i == len(steps) - 1:
+                    raise
+                print(f"warning: {str(e).split('; use a new')[0]}; resuming from checkpoint "
+                      f"{steps[i + 1]} instead", file=sys.stderr, flush=True)
+                continue
+            self.discard_from(step + 1)  # the unreadable later ones
+            return restored
+        return None
+
+    def discard_from(self, step: int) -> int | None:
+        """Removes the latest checkpoints of ``step`` and later (those of weights a diverged
+        loss came from); returns the step of the latest one left, or None."""
+        with _interrupt_after():
+            self._latest.wait_until_finished()
+            for s in self._latest.all_steps():
+                if s >= step:
+                    self._latest.delete(s)
+        return self._latest.latest_step()
 
     def resume(self, state: Any, progress: P) -> tuple[Any, P]:
         """The latest training state and the ``progress`` saved with it (metadata key

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import os
 import sys
 import time
@@ -253,8 +254,9 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
             ckpt.save_progress(state, progress, c.to_dict())
 
         def check_finite(ce_sum: float) -> None:
-            metrics.check_finite(ce_sum / n_train, f"in epoch {progress.epoch + 1}", workdir,
-                                 ckpt.latest_step() is not None, RESUMABLE_FIELDS)
+            if not math.isfinite(ce_sum):
+                raise metrics.not_finite_error(ce_sum / n_train, f"in epoch {progress.epoch + 1}",
+                                               workdir, ckpt.latest_step(), RESUMABLE_FIELDS)
 
         while not progress.done and progress.epoch < c.max_epochs:
             rng = np.random.default_rng([c.seed, progress.epoch])

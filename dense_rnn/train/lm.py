@@ -31,10 +31,11 @@ from dense_rnn.errors import Interrupted, UserError
 from dense_rnn.models.lm import LanguageModel
 from dense_rnn.train import checkpoint, metrics
 
-# Fields that may change when a run is resumed; every other field must match.
+# Fields that may change when a run is resumed; every other field must match. Not
+# eval_batch_size: it sets the streams validation scores, and model selection compares
+# validation perplexities across the whole run.
 RESUMABLE_FIELDS = ("max_epochs", "max_steps", "early_stopping_patience", "log_every_steps",
-                    "learning_rate", "max_grad_norm",
-                    "checkpoint_every_steps", "eval_batch_size", "scan_unroll",
+                    "learning_rate", "max_grad_norm", "checkpoint_every_steps", "scan_unroll",
                     "compute_dtype", "num_devices")
 # The paper's numbers beside a config: kept with a run, not compared when it resumes.
 DESCRIPTIVE_FIELDS = ("paper_params", "paper_valid_ppl", "paper_test_ppl")
@@ -262,14 +263,14 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
             if progress.step_in_epoch == 0:
                 state["carries"] = parallel.put(model.zero_carries(c.batch_size), batch_sharded)
                 progress.epoch_nll, progress.epoch_tokens = 0.0, 0
-            pending_nll, pending_steps, timed_steps, t0 = jnp.zeros(()), 0, 0, time.time()
+            pending, timed_steps, t0 = [], 0, time.time()  # per-step NLLs not yet read back
             while progress.step_in_epoch < steps_per_epoch and not stop:
                 x, y = parallel.put(ptb.window(train_streams, progress.step_in_epoch, c.num_steps),
                                     batch_sharded)
                 state["params"], state["opt_state"], state["carries"], nll = train_step(
                     state["params"], state["opt_state"], state["carries"], x, y,
                     progress.global_step)
-                pending_nll, pending_steps = pending_nll + nll, pending_steps + 1
+                pending.append(nll)
                 progress.step_in_epoch += 1
                 progress.global_step += 1
                 if not compiled:  # the first step compiles: keep it out of the throughput
@@ -284,13 +285,18 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
                     progress.global_step % c.checkpoint_every_steps == 0)
                 if not (at_log or at_ckpt or stop or progress.step_in_epoch == steps_per_epoch):
                     continue
-                value = float(pending_nll)  # waits for the device
-                metrics.check_finite(value, f"at step {progress.global_step}", workdir,
-                                     ckpt.latest_step() is not None, RESUMABLE_FIELDS)
+                nlls = np.asarray(jnp.stack(pending), np.float64)  # waits for the device
+                bad = np.flatnonzero(~np.isfinite(nlls))
+                if bad.size:  # step k's loss is that of the weights after step k - 1
+                    k = progress.global_step - len(nlls) + 1 + int(bad[0])
+                    raise metrics.not_finite_error(nlls[bad[0]], f"at step {k}", workdir,
+                                                   ckpt.discard_from(k - 1), RESUMABLE_FIELDS)
+                for step_nll in nlls:  # one by one: the same sum wherever a resume cut the epoch
+                    progress.epoch_nll += float(step_nll)
+                value, pending_steps = float(nlls.sum()), len(nlls)
                 dt = time.time() - t0
                 progress.train_seconds += dt
                 progress.train_tokens += timed_steps * tokens_per_step
-                progress.epoch_nll += value
                 progress.epoch_tokens += pending_steps * tokens_per_step
                 if at_log:
                     rate = timed_steps * tokens_per_step / max(dt, 1e-9)
@@ -307,7 +313,7 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
                     save()
                     if interrupt:
                         raise Interrupted(progress.global_step)
-                pending_nll, pending_steps, timed_steps, t0 = jnp.zeros(()), 0, 0, time.time()
+                pending, timed_steps, t0 = [], 0, time.time()
             if progress.step_in_epoch == steps_per_epoch:
                 progress.epoch += 1
                 progress.step_in_epoch = 0

@@ -55,21 +55,21 @@ def write_json(path: str, obj: Any) -> None:
     atomic_write(path, json.dumps(obj, indent=1, sort_keys=True))
 
 
-def check_finite(loss: float, where: str, workdir: str, saved: bool,
-                 resumable: Sequence[str]) -> None:
-    """Raises a UserError if the training ``loss`` (``where``: "at step 40") is not finite.
-    The advice depends on whether a checkpoint was ``saved`` and whether the run may resume
-    with another learning rate (one of its ``resumable`` fields)."""
-    if math.isfinite(loss):
-        return
+def not_finite_error(loss: float, where: str, workdir: str, good_step: int | None,
+                     resumable: Sequence[str]) -> UserError:
+    """The error for a training ``loss`` that is not finite (``where``: "at step 40"). The
+    advice depends on the latest checkpoint from before the loss diverged (``good_step``,
+    None: none) and on whether the run may resume with another learning rate (one of its
+    ``resumable`` fields)."""
     fix = "lower --learning_rate or clip gradients harder with --max_grad_norm"
-    if not saved:
-        advice = f"no checkpoint was saved yet: {fix}"
-    elif "learning_rate" in resumable:
-        advice = f"the last good checkpoint in {workdir}/checkpoints is kept: {fix}, and resume"
-    else:
+    if good_step is None:
+        advice = f"no checkpoint from before it is left: {fix} (a rerun starts over)"
+    elif "learning_rate" not in resumable:
         advice = f"{fix} in a new --workdir ({workdir} resumes only the same config)"
-    raise UserError(f"training loss is {loss} {where}; {advice}")
+    else:
+        advice = (f"resume from the last good checkpoint ({workdir}/checkpoints/{good_step}; "
+                  f"any later one is removed): {fix}")
+    return UserError(f"training loss is {loss} {where}; {advice}")
 
 
 class MetricsWriter:
