@@ -109,6 +109,16 @@ def test_train_outputs_and_exact_resume(corpus_dir, tmp_path):
     assert split[1]["train_ppl"] == records[0]["train_ppl"]  # summed step by step, both
 
 
+def test_a_mid_epoch_stop_reports_its_fractional_best_epoch(corpus_dir, tmp_path):
+    lines = []
+    lm.train_and_evaluate(tiny(max_steps=30), corpus_dir, str(tmp_path), log=lines.append)
+    (record,) = read_records(tmp_path)
+    with open(tmp_path / "summary.json") as f:
+        best_epoch = json.load(f)["best_epoch"]
+    assert 0 < best_epoch == record["epoch"] < 1
+    assert f"epoch {best_epoch})" in lines[-1]
+
+
 def read_records(workdir):
     return [json.loads(x) for x in open(os.path.join(workdir, "metrics.jsonl"))]
 

@@ -172,7 +172,7 @@ class Progress:
     step_in_epoch: int = 0
     global_step: int = 0
     best_valid_ppl: float = float("inf")
-    best_epoch: int = 0
+    best_epoch: float = 0  # epochs trained at the best validation (fractional: a mid-epoch stop)
     bad_epochs: int = 0
     train_seconds: float = 0.0
     train_tokens: int = 0
@@ -250,7 +250,8 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
             log(f"epoch {epoch:.2f} step {progress.global_step}: train ppl {train_ppl:.2f} "
                 f"valid ppl {ppl:.2f} lr {lr:.4g}")
             if ppl < progress.best_valid_ppl:
-                progress.best_valid_ppl, progress.best_epoch = ppl, progress.epoch
+                progress.best_valid_ppl = ppl
+                progress.best_epoch = round(epoch, 4) if progress.step_in_epoch else progress.epoch
                 ckpt.save_best(progress.global_step, state["params"], {"valid_ppl": ppl})
                 return True
             return False
