@@ -32,6 +32,7 @@ import jax.numpy as jnp
 
 from dense_rnn import cells
 from dense_rnn.dense_block import DenseRecurrent
+from dense_rnn.recurrent import clamp_lengths
 
 Array = jax.Array
 
@@ -58,12 +59,15 @@ def layer_schedule(
 def update_points(x: Array, lengths: Array | None, sub: int) -> tuple[Array, Array | None]:
     """The states of ``x (B, T, d)`` at which the layer above updates: every ``sub``-th
     step (the block ends) and, where a sequence ends inside a block, its last real step.
+    ``lengths``: ``(B,)`` real lengths, clamped to the padded length ``T``.
 
     Returns ``(x_sub (B, ceil(T / sub), d), lengths_sub = ceil(lengths / sub))``.
     """
+    t = x.shape[1]
+    if lengths is not None:
+        lengths = clamp_lengths(lengths, t)
     if sub == 1:
         return x, lengths
-    t = x.shape[1]
     ends = jnp.arange(-(-t // sub)) * sub + sub - 1
     last = jnp.full((x.shape[0],), t - 1) if lengths is None else jnp.maximum(lengths - 1, 0)
     idx = jnp.minimum(ends[None, :], last[:, None])
@@ -75,7 +79,8 @@ class HMDenseStack(nn.Module):
     """``len(depths)`` dense recurrent layers of ``features`` units, hierarchical multiscale.
 
     ``__call__(x, lengths) -> (top_final_carry, [h_1, ..., h_L])`` where ``h_l`` is layer
-    ``l``'s state sequence on its own (strided) time axis.
+    ``l``'s state sequence on its own (strided) time axis; ``lengths``: optional ``(batch,)``
+    real lengths, clamped to the padded length.
     """
 
     cell: str

@@ -52,8 +52,10 @@ def make_mesh(num_devices: int = 0) -> Mesh:
         raise UserError(f"--num_devices={num_devices} with {jax.process_count()} processes: "
                         "leave it 0 (every device of every host) in multi-host runs")
     if not 0 <= num_devices <= len(devices):
-        raise UserError(f"--num_devices={num_devices}, but {len(devices)} devices are visible "
-                        f"({devices[0].platform})")
+        n = len(devices)
+        visible = "1 device is" if n == 1 else f"{n} devices are"
+        raise UserError(f"--num_devices={num_devices}, but {visible} visible "
+                        f"({devices[0].platform}): pass --num_devices=0 (all) or at most {n}")
     return Mesh(np.asarray(devices[: num_devices or len(devices)]), (DATA,))
 
 

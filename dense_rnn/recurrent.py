@@ -7,6 +7,7 @@ outputs are batch-major ``(batch, time, features)``; the scan itself runs time-m
 Padding is first-class: given ``lengths``, steps at ``t >= length`` leave the carry
 untouched and output zeros, and a reversed layer starts each sequence at its own last
 real token, so outputs at real positions do not depend on the padding that follows.
+Lengths are clamped to ``[0, time]``: a length past the padded length means the whole row.
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ def uniform_init(scale: float) -> Initializer:
     return init
 
 
+def clamp_lengths(lengths: Array, max_len: int) -> Array:
+    """``lengths`` clipped to ``[0, max_len]``: a length past the padded length is the whole row."""
+    return jnp.clip(lengths, 0, max_len)
+
+
 def length_mask(lengths: Array, max_len: int) -> Array:
     """``(batch, time)`` boolean mask, true at real (non-padding) positions."""
     return jnp.arange(max_len)[None, :] < lengths[:, None]
@@ -42,10 +48,12 @@ def length_mask(lengths: Array, max_len: int) -> Array:
 def reverse_padded(x: Array, lengths: Array | None) -> Array:
     """Reverses each sequence of ``x`` (batch, time, ...) within its own length.
 
-    Padding positions stay where they are; the map is its own inverse.
+    Padding positions stay where they are; the map is its own inverse. ``lengths``:
+    ``(batch,)`` real lengths, clamped to the padded length.
     """
     if lengths is None:
         return jnp.flip(x, axis=1)
+    lengths = clamp_lengths(lengths, x.shape[1])
     t = jnp.arange(x.shape[1])[None, :]
     idx = jnp.where(t < lengths[:, None], lengths[:, None] - 1 - t, t)
     idx = idx.reshape(idx.shape + (1,) * (x.ndim - 2))
@@ -74,7 +82,8 @@ def scan_cell(
       params: the cell's parameters (``w_hh`` is the one used here).
       xw: input projections of every step, ``cells.project(params, x)``.
       carry: initial carry, batch-major.
-      lengths: optional ``(batch,)`` real lengths; steps past them are padding.
+      lengths: optional ``(batch,)`` real lengths, clamped to the padded length; steps
+        past them are padding.
       reverse: run from each sequence's last real token back to its first.
       unroll: ``lax.scan`` unroll factor.
       recurrent_mask: optional ``(batch, hidden)`` dropout mask (already scaled) applied
@@ -304,7 +313,11 @@ class Recurrent(nn.Module):
         lengths: Array | None = None,
         recurrent_mask: Array | None = None,
     ) -> tuple[cells.Carry, Array]:
-        """``x``: (batch, time, in_features) -> ``(final_carry, (batch, time, features))``."""
+        """``x``: (batch, time, in_features) -> ``(final_carry, (batch, time, features))``.
+
+        ``carry``: initial carry (default zeros); ``lengths``: optional ``(batch,)`` real
+        lengths, clamped to the padded length; ``recurrent_mask``: see ``scan_cell``.
+        """
         params = self.cell_params(x.shape[-1])
         if carry is None:
             carry = self.zero_carry(x.shape[0], x.dtype)
@@ -320,6 +333,14 @@ class Bidirectional(nn.Module):
 
     The backward layer starts at each sequence's last real token, so with ``lengths``
     the outputs at real positions are independent of padding.
+
+    Attributes:
+      cell: ``"lstm"``, ``"gru"`` or ``"rnn"`` (see ``cells.CELLS``).
+      features: hidden size of each direction (outputs have ``2 * features``).
+      unroll: ``lax.scan`` unroll factor.
+      kernel_init / recurrent_init / bias_init: initializers of ``w_ih``, ``w_hh`` and ``b``
+        (both directions).
+      param_dtype: the parameters' dtype (float32 also under ``jax_enable_x64``).
     """
 
     cell: str
@@ -338,7 +359,11 @@ class Bidirectional(nn.Module):
         lengths: Array | None = None,
         recurrent_mask: tuple[Array, Array] | None = None,
     ) -> tuple[tuple[cells.Carry, cells.Carry], Array]:
-        """Both directions' input projections are one matrix product; for the LSTM both
+        """``x``: (batch, time, in_features) -> ``((fwd_carry, bwd_carry), (batch, time,
+        2 * features))``; ``lengths``: optional ``(batch,)`` real lengths, clamped to the
+        padded length.
+
+        Both directions' input projections are one matrix product; for the LSTM both
         directions then run in one scan (``lstm_scan`` with a direction axis)."""
         kw = dict(cell=self.cell, features=self.features, kernel_init=self.kernel_init,
                   recurrent_init=self.recurrent_init, bias_init=self.bias_init,

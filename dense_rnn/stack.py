@@ -46,6 +46,8 @@ class RecurrentStack(nn.Module):
       dropout_rate: dropout on each layer's output.
       variational: per-sequence dropout masks (and recurrent masks for LSTMs).
       unroll: ``lax.scan`` unroll factor.
+      kernel_init / recurrent_init / bias_init: initializers of every layer's ``w_ih``,
+        ``w_hh`` and ``b``.
     """
 
     cell: str
@@ -84,13 +86,20 @@ class RecurrentStack(nn.Module):
         *,
         deterministic: bool = True,
     ) -> tuple[tuple, list[Array]]:
-        """Returns ``(final_carries, [x, h_1, ..., h_L])`` with each ``h_l`` after dropout."""
+        """Returns ``(final_carries, [x, h_1, ..., h_L])`` with each ``h_l`` after dropout.
+
+        ``carries``: one initial carry per layer (default zeros); ``lengths``: optional
+        ``(batch,)`` real lengths, clamped to the padded length.
+        """
         if self.connectivity not in CONNECTIVITIES:
             raise ValueError(
                 f"unknown connectivity {self.connectivity!r}; use one of {CONNECTIVITIES}"
             )
         layer_cls = recurrent.Bidirectional if self.bidirectional else recurrent.Recurrent
         carries = carries if carries is not None else (None,) * len(self.features)
+        if len(carries) != len(self.features):
+            raise ValueError(f"carries has {len(carries)} entries for {len(self.features)} "
+                             "layers; pass one carry per layer, or None for zeros")
         outputs, new_carries = [x], []
         for i, (n, carry) in enumerate(zip(self.features, carries, strict=True)):
             inp = dense_input(outputs) if self.connectivity == "dense" else outputs[-1]

@@ -86,6 +86,14 @@ def test_masked_mean_against_numpy():
     np.testing.assert_allclose(out, ref, rtol=1e-6, atol=1e-7)
 
 
+def test_masked_mean_clamps_lengths():
+    h = jax.random.normal(jax.random.key(0), (3, 5, 4))
+    np.testing.assert_array_equal(masked_mean(h, jnp.array([7, 5, -1])),
+                                  masked_mean(h, jnp.array([5, 5, 0])))
+    np.testing.assert_allclose(masked_mean(h, None), masked_mean(h, jnp.array([5, 5, 5])),
+                               rtol=1e-6)
+
+
 def _bidir_outputs(x, lengths, params=None):
     layer = Bidirectional(cell="lstm", features=3)
     params = params or layer.init(jax.random.key(1), x, lengths=lengths)
@@ -125,6 +133,17 @@ def test_model_padding_invariance():
                                atol=1e-6)
     alone = model.apply(params, tokens[1:, :4], lengths[1:])
     np.testing.assert_allclose(alone[0], logits[1], rtol=1e-5, atol=1e-6)
+
+
+def test_model_lengths_past_padded_length_and_none():
+    """Lengths past T are the whole row (no NaN); ``lengths=None``: every row full length."""
+    model = _small_model()
+    tokens = jax.random.randint(jax.random.key(0), (3, 12), 2, 20)
+    params = model.init(jax.random.key(1), tokens)
+    full = model.apply(params, tokens, jnp.array([12, 12, 0]))
+    np.testing.assert_array_equal(model.apply(params, tokens, jnp.array([12, 20, 0])), full)
+    np.testing.assert_allclose(model.apply(params, tokens), model.apply(
+        params, tokens, jnp.full((3,), 12)), rtol=1e-6, atol=1e-6)
 
 
 def _np_lstm(p, xs, reverse):

@@ -178,3 +178,17 @@ def test_classifier_ignores_padding():
     assert logits.shape == (3, 4)
     padded = jnp.where(jnp.arange(16)[None] < lengths[:, None], tokens, 0)
     np.testing.assert_allclose(apply(params, padded, lengths), logits, atol=1e-6)
+
+
+@pytest.mark.parametrize("net", ["stacked", "hornn", "hm"])
+def test_classifier_lengths_past_padded_length_and_none(net):
+    """Lengths past T are the whole row (no NaN, also where T is not a multiple of the
+    strides); ``lengths=None``: every row full length."""
+    model = CLASSIFIERS["hm_text_classifier"](vocab_size=20, num_classes=3, embed_size=5,
+                                              net=net, features=4, depths=(2, 4, 8))
+    tokens = jax.random.randint(jax.random.key(0), (3, 13), 2, 20)
+    params = model.init(jax.random.key(1), tokens)
+    full = model.apply(params, tokens, jnp.array([13, 13, 0]))
+    np.testing.assert_array_equal(model.apply(params, tokens, jnp.array([13, 20, 0])), full)
+    np.testing.assert_allclose(model.apply(params, tokens),
+                               model.apply(params, tokens, jnp.full((3,), 13)), atol=1e-6)

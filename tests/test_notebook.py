@@ -26,3 +26,19 @@ def test_quickstart_notebook_runs(data_dir, tmp_path, monkeypatch):
     assert "test_accuracy" in outputs
     for run in ["lm", "dc_bilstm"]:  # TensorBoard event files from both trainers
         assert os.listdir(tmp_path / "quickstart_work" / run / "tensorboard")
+
+
+def test_install_cell_without_checkout_or_url_says_what_to_set(tmp_path, monkeypatch):
+    """Outside a checkout, with no DENSE_RNN_REPO, the install cell stops with the fix
+    instead of pip-installing a placeholder URL."""
+    import importlib.util
+    import json
+
+    with open(NOTEBOOK, encoding="utf-8") as f:
+        cell = "".join(json.load(f)["cells"][1]["source"])
+    (tmp_path / "nb").mkdir()
+    monkeypatch.chdir(tmp_path / "nb")  # ".." holds no pyproject.toml
+    monkeypatch.delenv("DENSE_RNN_REPO", raising=False)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None)
+    with pytest.raises(RuntimeError, match="set REPO_URL in this cell .*DENSE_RNN_REPO"):
+        exec(cell, {})

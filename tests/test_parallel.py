@@ -120,3 +120,12 @@ def test_initialize_distributed_passes_the_environment(monkeypatch):
     monkeypatch.setenv("JAX_PROCESS_ID", "two")
     with pytest.raises(UserError, match="must be integers"):
         parallel.initialize_distributed()
+
+
+@pytest.mark.parametrize("visible,text", [(1, "1 device is visible"),
+                                          (2, "2 devices are visible")])
+def test_too_many_devices_says_the_fix(monkeypatch, visible, text):
+    monkeypatch.setattr(jax, "devices", lambda: [SimpleNamespace(platform="cpu")] * visible)
+    with pytest.raises(UserError, match=f"--num_devices=4, but {text} \\(cpu\\): pass "
+                                        f"--num_devices=0 \\(all\\) or at most {visible}$"):
+        parallel.make_mesh(4)

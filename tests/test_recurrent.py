@@ -103,3 +103,27 @@ def test_parameters_are_float32_also_under_x64(x64):
         assert dtypes == {jnp.dtype(jnp.float32)}, (type(model).__name__, dtypes)
         out = model.apply(variables, *args)
         assert all(a.dtype in (jnp.float32, jnp.int32) for a in jax.tree.leaves(out))
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_lengths_past_the_padded_length_mean_the_whole_row(cell):
+    """Lengths are clamped to [0, T]: past T is the whole row (no NaN), below 0 is empty."""
+    x = jax.random.normal(jax.random.key(0), (3, 6, 3))
+    over, clamped = jnp.array([6, 9, -2]), jnp.array([6, 6, 0])
+    for layer in (recurrent.Recurrent(cell, 4, reverse=True), recurrent.Bidirectional(cell, 4)):
+        params = layer.init(jax.random.key(1), x)
+        carry, y = layer.apply(params, x, lengths=over)
+        want_carry, want = layer.apply(params, x, lengths=clamped)
+        np.testing.assert_array_equal(y, want)
+        for a, b in zip(jax.tree.leaves(carry), jax.tree.leaves(want_carry), strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_stack_refuses_wrong_number_of_carries():
+    from dense_rnn.stack import RecurrentStack
+
+    stack = RecurrentStack("gru", (4, 4))
+    x = jnp.ones((2, 3, 5))
+    params = stack.init(jax.random.key(0), x)
+    with pytest.raises(ValueError, match="carries has 1 entries for 2 layers"):
+        stack.apply(params, x, [jnp.zeros((2, 4))])

@@ -117,6 +117,10 @@ def test_bad_files(tmp_path):
     _write(f"{d}/trec/train_5500.label", b"DESC:def what is x ?\nwhat is y ?\n")
     with pytest.raises(UserError, match="line 2 has no TREC label"):
         tc.load_trec(d)
+    for empty in (b"DESC:manner", b"DESC:manner   "):
+        _write(f"{d}/trec/train_5500.label", b"DESC:def what is x ?\n" + empty + b"\n")
+        with pytest.raises(UserError, match="train_5500.label: line 2 has a label but no text"):
+            tc.load_trec(d)
     _write(f"{d}/mr/rt-polarity.neg", b"\n\n")
     _write(f"{d}/mr/rt-polarity.pos", b"fine\n")
     with pytest.raises(UserError, match="no non-blank lines"):
@@ -184,6 +188,18 @@ def test_glove_txt_and_gz(tmp_path):
         load_glove(str(tmp_path / "corrupt.txt.gz"))
     (tmp_path / "w2v.txt").write_text("2 3\n" + text)  # word2vec header line
     assert load_glove(str(tmp_path / "w2v.txt"))[0] == glove_dim(str(tmp_path / "w2v.txt")) == 3
+
+
+def test_glove_refuses_non_glove_files_and_non_finite_values(tmp_path):
+    (tmp_path / "notes.txt").write_text("2 3\nhello world, this is not glove\nthe 1 2 3\n")
+    for load in (glove_dim, load_glove):
+        with pytest.raises(UserError, match=r"notes.txt:2 is not a GloVe line .*'word v_1"):
+            load(str(tmp_path / "notes.txt"))
+    for value in ("nan", "inf", "-inf"):
+        (tmp_path / "g.txt").write_text(f"the 0.1 0.2\nfilm 1 {value}\n")
+        assert glove_dim(str(tmp_path / "g.txt")) == 2
+        with pytest.raises(UserError, match=r"g.txt:2: the vector of 'film' is not finite"):
+            load_glove(str(tmp_path / "g.txt"))
 
 
 def _toy_splits():

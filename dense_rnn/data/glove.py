@@ -43,12 +43,21 @@ def _empty(path: str) -> UserError:
     return UserError(f"embeddings file {path} is empty; pass a GloVe .txt or .txt.gz file")
 
 
+def _first_line_dim(path: str, n: int, fields: list[str]) -> int:
+    """The dimension of the first vector line ``fields`` (line ``n``), which must be a word
+    and numbers."""
+    if not all(_is_number(x) for x in fields[1:]):
+        raise UserError(f"{path}:{n} is not a GloVe line ({' '.join(fields)[:40]!r}); pass "
+                        "--embeddings=PATH to a GloVe file: lines 'word v_1 ... v_d' of numbers")
+    return len(fields) - 1
+
+
 def glove_dim(path: str) -> int:
     """The vector dimension of a GloVe file, read from its first vector line."""
     first = next(_vector_lines(path), None)
     if first is None:
         raise _empty(path)
-    return len(first[1]) - 1
+    return _first_line_dim(path, *first)
 
 
 def load_glove(
@@ -56,16 +65,16 @@ def load_glove(
 ) -> tuple[int, dict[str, np.ndarray]]:
     """``(dim, {word: float32 vector})`` for ``words`` (all words if None) found in the file.
 
-    Lines are ``word v_1 ... v_d``; the dimension is taken from the first line, and the
-    last ``d`` fields are the vector (a few GloVe releases have spaces inside words). A
-    word2vec-style header line ``COUNT DIM`` is skipped.
+    Lines are ``word v_1 ... v_d`` of finite numbers; the dimension is taken from the first
+    line, and the last ``d`` fields are the vector (a few GloVe releases have spaces inside
+    words). A word2vec-style header line ``COUNT DIM`` is skipped.
     """
     wanted = None if words is None else set(words)
     vectors: dict[str, np.ndarray] = {}
     dim = None
     for n, fields in _vector_lines(path):
         if dim is None:
-            dim = len(fields) - 1
+            dim = _first_line_dim(path, n, fields)
         # a longer row is a word with spaces, unless the extra field is a number
         if len(fields) < dim + 1 or (len(fields) > dim + 1 and _is_number(fields[-dim - 1])):
             raise UserError(f"{path}:{n}: {len(fields) - 1} values where the first "
@@ -77,6 +86,9 @@ def load_glove(
             except ValueError as e:
                 raise UserError(f"cannot read embeddings {path} (ValueError: {e}); expected "
                                 "a UTF-8 GloVe .txt or .txt.gz file") from None
+            if not np.isfinite(vectors[word]).all():
+                raise UserError(f"{path}:{n}: the vector of {word!r} is not finite (nan, inf or "
+                                "beyond float32); fix or remove that line")
     if dim is None:
         raise _empty(path)
     return dim, vectors

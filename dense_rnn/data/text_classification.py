@@ -188,6 +188,8 @@ def load_trec(data_dir: str) -> Splits:
             if coarse not in TREC_LABELS:
                 raise UserError(f"{path}: line {n} has no TREC label "
                                 f"({'/'.join(TREC_LABELS)}:fine): {line[:40]!r}")
+            if not text.strip():
+                raise UserError(f"{path}: line {n} has a label but no text: {line[:40]!r}")
             texts.append(text)
             labels.append(TREC_LABELS.index(coarse))
         out[split] = _dataset(texts, labels, clean_str)

@@ -16,23 +16,27 @@ import jax.numpy as jnp
 
 from dense_rnn.configs.dc_bilstm import dense_features
 from dense_rnn.dropout import Dropout
-from dense_rnn.recurrent import length_mask
+from dense_rnn.recurrent import clamp_lengths, length_mask
 from dense_rnn.stack import RecurrentStack
 
 Array = jax.Array
 
 
-def masked_mean(h: Array, lengths: Array) -> Array:
+def masked_mean(h: Array, lengths: Array | None) -> Array:
     """Average pooling ``h* = average(h_1, ..., h_s)`` over each sequence's real tokens.
 
-    ``h``: (batch, time, features); an empty sequence pools to zeros.
+    ``h``: (batch, time, features); ``lengths``: ``(batch,)`` real lengths, clamped to the
+    padded length (None: every row full length). An empty sequence pools to zeros.
     """
+    if lengths is None:
+        return h.mean(axis=1)
+    lengths = clamp_lengths(lengths, h.shape[1])
     mask = length_mask(lengths, h.shape[1])[..., None].astype(h.dtype)
     return (h * mask).sum(axis=1) / jnp.maximum(lengths, 1)[:, None].astype(h.dtype)
 
 
 class DCBiLSTM(nn.Module):
-    """Densely connected Bi-LSTM classifier; ``__call__(tokens, lengths) -> logits``.
+    """Densely connected Bi-LSTM classifier; ``__call__(tokens, lengths=None) -> logits``.
 
     Attributes:
       vocab_size, num_classes, embed_size: sizes (``embed`` is an ``nn.Embed``).
@@ -50,8 +54,11 @@ class DCBiLSTM(nn.Module):
     dropout_pool: float = 0.0
 
     @nn.compact
-    def __call__(self, tokens: Array, lengths: Array, deterministic: bool = True) -> Array:
-        """Logits ``(batch, num_classes)`` of padded ``tokens`` with true ``lengths``."""
+    def __call__(
+        self, tokens: Array, lengths: Array | None = None, deterministic: bool = True
+    ) -> Array:
+        """Logits ``(batch, num_classes)`` of padded ``tokens`` (batch, time); ``lengths``:
+        ``(batch,)`` real lengths, clamped to the padded length (None: every row full)."""
         if self.dl < 0 or self.dh < 0 or self.th < 1:
             raise ValueError(f"dl={self.dl}, dh={self.dh}, th={self.th}: dl and dh must be "
                              ">= 0 and th >= 1")

@@ -30,7 +30,24 @@ NETS = ("stacked", "hornn", "hm")
 
 
 class HMTextClassifier(nn.Module):
-    """``__call__(tokens[B, T], lengths[B], deterministic) -> logits[B, num_classes]``."""
+    """Zhao et al.'s classifier; ``__call__(tokens[B, T], lengths[B] = None) -> logits[B, C]``.
+
+    A paper row's model is ``HMTextClassifier(vocab_size=V, num_classes=C, embed_size=300,
+    **configs.hm_densernn.CONFIGS[name].model_args)``, e.g. ``name = "hm_densegru_64"``.
+
+    Attributes:
+      vocab_size, num_classes, embed_size: sizes (``embed`` is an ``nn.Embed``).
+      net: ``"stacked"``, ``"hornn"`` or ``"hm"`` (``NETS``; see the module docstring).
+      features: hidden units of every recurrent layer (all nets).
+      cell: ``"rnn"``, ``"gru"`` or ``"lstm"``; ``stacked`` and ``hm`` only.
+      layers: number of layers; ``stacked`` and ``hornn`` only (``hm`` has ``len(depths)``).
+      depths: dense depths ``k^(l)`` of the layers, each dividing the next; ``hm`` only.
+      multiscale, dense: ``hm`` only; ``False`` gives the Table 3 ablations.
+      hornn_order: order of the Gated HORNN; ``hornn`` only.
+
+    Attributes that do not apply to ``net`` are silently ignored (``layers`` and ``depths``
+    must still be at least 1).
+    """
 
     vocab_size: int
     num_classes: int
@@ -44,7 +61,7 @@ class HMTextClassifier(nn.Module):
     dense: bool = True
     hornn_order: int = 2
 
-    def recurrent_net(self, x: Array, lengths: Array) -> Array:
+    def recurrent_net(self, x: Array, lengths: Array | None) -> Array:
         """Final hidden state of the top recurrent layer, ``(batch, features)``."""
         if self.net == "stacked":
             init = pytorch_uniform(self.features)
@@ -67,8 +84,11 @@ class HMTextClassifier(nn.Module):
         raise ValueError(f"unknown net {self.net!r}; use one of {NETS}")
 
     @nn.compact
-    def __call__(self, tokens: Array, lengths: Array, deterministic: bool = True) -> Array:
-        """Logits ``(batch, num_classes)`` of padded ``tokens`` with true ``lengths``."""
+    def __call__(
+        self, tokens: Array, lengths: Array | None = None, deterministic: bool = True
+    ) -> Array:
+        """Logits ``(batch, num_classes)`` of padded ``tokens`` (batch, time); ``lengths``:
+        ``(batch,)`` real lengths, clamped to the padded length (None: every row full)."""
         if self.features < 1 or self.layers < 1 or min(self.depths, default=0) < 1:
             raise ValueError(f"features={self.features}, layers={self.layers}, depths="
                              f"{tuple(self.depths)}: each must be at least 1")
