@@ -167,6 +167,25 @@ def test_paper_counts_round_to_table2(name):
     assert (rounded == table) == (name not in cfg.PAPER_COUNT_MISMATCH), (rounded, table)
 
 
+def _per_gate_block(family: str, units: int) -> tuple[tuple[float, float], tuple[float, float]]:
+    """Bounds (in thousands) on the per-gate block X of a family's Table 2 counts, from
+    GRU - RNN = 2X and LSTM - GRU = X, each count known to +-0.5k (rounded)."""
+    rnn, gru, lstm = (cfg.TABLE2[f"{family}{c}"][0][cfg.UNITS.index(units)]
+                      for c in ("rnn", "gru", "lstm"))
+    return ((gru - rnn - 1) / 2, (gru - rnn + 1) / 2), (lstm - gru - 1, lstm - gru + 1)
+
+
+@pytest.mark.parametrize("units", cfg.UNITS)
+def test_table2_hm_counts_fit_no_gate_proportional_architecture(units):
+    """Why PAPER_COUNT_MISMATCH exists: any architecture whose count is g x (a per-gate
+    block X) + (a part the cells share), g = 1, 3, 4 gates, has GRU - RNN = 2X and
+    LSTM - GRU = X. Table 2's Dense* rows allow one X; its HM-Dense* rows allow none."""
+    (a_lo, a_hi), (b_lo, b_hi) = _per_gate_block("dense", units)
+    assert max(a_lo, b_lo) < min(a_hi, b_hi)
+    (a_lo, a_hi), (b_lo, b_hi) = _per_gate_block("hm_dense", units)
+    assert max(a_lo, b_lo) >= min(a_hi, b_hi), ((a_lo, a_hi), (b_lo, b_hi))
+
+
 def test_classifier_ignores_padding():
     c = cfg.CONFIGS["hm_denselstm_64"]
     model = CLASSIFIERS[c.model](vocab_size=20, num_classes=4, embed_size=8, **c.model_args)
