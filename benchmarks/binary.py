@@ -3,11 +3,12 @@ training binary, run as a user runs it, against the suite's implementations of t
 config, alternated in one run.
 
 Each repeat runs ``python -m experiments.ptb_lm --config=CONFIG --max_steps=N
---log_every_steps=L`` in a fresh workdir (a subprocess; the binary logs tokens/s of wall clock
-over every L steps, input pipeline, logging and checkpoints included, the compiling first
-step left out) and takes the median of its logged rates; then it times each implementation's
-step in this process, as ``benchmarks.run`` does. Reported per repeat and as the median over
-repeats: the binary's rate, each implementation's, and the binary's rate over each.
+--log_every_steps=L --num_devices=1`` in a fresh workdir (a subprocess; the binary logs
+tokens/s of wall clock over every L steps, input pipeline, logging and mid-epoch checkpoints
+included, the compiling first step left out) and takes the median of its logged rates;
+then it times each implementation's step in this process, as ``benchmarks.run`` does.
+Reported per repeat and as the median over repeats: the binary's rate, each
+implementation's, and the binary's rate over each.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ from dense_rnn.data import DEFAULT_DATA_DIR
 from dense_rnn.errors import UserError
 
 RATE = re.compile(r"([\d,]+) tok/s")
+# Config fields --binary_flags may set: they leave each training step's work as it is.
+SAME_WORK = ("learning_rate", "max_grad_norm", "checkpoint_every_steps", "max_epochs",
+             "early_stopping_patience", "eval_batch_size", "seed")
 
 
 def binary_rate(config: str, steps: int, log_every: int, flags: list[str]) -> float:
@@ -36,8 +40,8 @@ def binary_rate(config: str, steps: int, log_every: int, flags: list[str]) -> fl
     with tempfile.TemporaryDirectory() as workdir:
         proc = subprocess.run(
             [sys.executable, "-m", "experiments.ptb_lm", f"--config={config}",
-             f"--max_steps={steps}", f"--log_every_steps={log_every}", f"--workdir={workdir}",
-             *flags], capture_output=True, text=True, check=False)
+             f"--max_steps={steps}", f"--log_every_steps={log_every}", "--num_devices=1",
+             f"--workdir={workdir}", *flags], capture_output=True, text=True, check=False)
     if proc.returncode:
         lines = proc.stderr.strip().splitlines()
         raise UserError(f"experiments.ptb_lm failed: {lines[-1] if lines else proc.returncode}")
@@ -71,7 +75,14 @@ def main(argv: list[str] | None = None) -> dict:
     unknown = [n for n in names if n not in known]
     if unknown:
         raise UserError(f"unknown implementations {unknown}; known: {', '.join(known)}")
-    flags = [f"--data_dir={a.data_dir}", *shlex.split(a.binary_flags)]
+    extra = shlex.split(a.binary_flags)
+    fields = {f.name for f in dataclasses.fields(ptb.LMConfig)} - set(SAME_WORK)
+    changing = [f for f in extra if f.split("=")[0].lstrip("-").removeprefix("no") in fields]
+    if changing:
+        raise UserError(f"--binary_flags: {' '.join(changing)} would change the model, its "
+                        "shape or its step, and the implementations timed beside the binary "
+                        "run the config as it is; pick another config")
+    flags = [f"--data_dir={a.data_dir}", *extra]
     print(json.dumps(run.environment()), flush=True)
     steps, timing = run.build_steps(
         dataclasses.replace(w, impls={n: w.impls[n] for n in names}), a.min_time)

@@ -1,6 +1,7 @@
-"""``python -m benchmarks.run [--quick] [--workloads a,b] [--out DIR]``: times every
-implementation of each workload in one process, round-robin over repeats, and prints a
-Markdown table (and writes ``results.json`` / ``table.md`` under ``--out``).
+"""``python -m benchmarks.run [--quick] [--workloads a,b] [--isolated] [--out DIR]``: times
+every implementation of each workload in one process (``--isolated``: each in a process of its
+own), round-robin over repeats, and prints a Markdown table (and writes ``results.json`` /
+``table.md`` under ``--out``).
 
 Per implementation: median step time over the repeats and its spread ((max - min) /
 median), items/s, ours' speed as a multiple of it, achieved GFLOP/s and its fraction of the
@@ -24,10 +25,13 @@ import time
 from collections.abc import Callable
 
 from dense_rnn.cli import run_script
+from dense_rnn.errors import UserError
 from dense_rnn.platform import FAST_MALLOC_ENV
 
 # PyTorch's OpenMP threads otherwise spin after each parallel region, competing with XLA's
-# threads in this process (and with other load): 2-10x slower, erratic PyTorch steps.
+# threads in this process (and with other load): 2-10x slower, erratic PyTorch steps. With
+# --isolated, PyTorch runs alone in its process and keeps OpenMP's default policy.
+_OMP_POLICY_SET_HERE = "OMP_WAIT_POLICY" not in os.environ
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # On a GPU, JAX would otherwise take 75% of its memory up front, leaving PyTorch the rest.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
@@ -96,13 +100,69 @@ def time_steps(step: Callable, iters: int) -> float:
     return (time.perf_counter() - t0) / iters
 
 
+def _round_robin(names: list[str], r: int) -> list[str]:
+    """Repeat ``r``'s order: each implementation starts a repeat in turn."""
+    return names[r % len(names):] + names[: r % len(names)]
+
+
 def time_workload(w, repeats: int, min_time: float) -> dict[str, dict]:
     """Builds every implementation, then times them round-robin ``repeats`` times."""
     steps, out = build_steps(w, min_time)
     names = list(steps)
     for r in range(repeats):
-        for name in names[r % len(names):] + names[: r % len(names)]:
+        for name in _round_robin(names, r):
             out[name]["times"].append(time_steps(steps[name], out[name]["iters"]))
+    return out
+
+
+def serve(workload: str, impl: str, min_time: float) -> None:
+    """Worker of ``--isolated``: builds one implementation, prints its compile time and
+    steps per timed set (JSON), then times one set per line read from stdin, printing
+    seconds per step."""
+    from benchmarks.workloads import WORKLOADS
+
+    w = WORKLOADS[workload]()
+    steps, out = build_steps(dataclasses.replace(w, impls={impl: w.impls[impl]}), min_time)
+    print(json.dumps({"compile_s": out[impl]["compile_s"], "iters": out[impl]["iters"]}),
+          flush=True)
+    for _ in sys.stdin:
+        print(time_steps(steps[impl], out[impl]["iters"]), flush=True)
+
+
+def _reply(name: str, proc: subprocess.Popen) -> str:
+    line = proc.stdout.readline()
+    if not line:
+        raise UserError(f"the {name} worker exited (status {proc.wait()}) before replying")
+    return line
+
+
+def time_isolated(workload: str, names: list[str], repeats: int,
+                  min_time: float) -> dict[str, dict]:
+    """``time_workload`` with each implementation in a process of its own (``--serve``),
+    built one after another; a set runs only while every other worker waits on its pipe.
+    The workers share this process's environment (the fast-malloc settings), except that
+    PyTorch keeps OpenMP's default wait policy."""
+    workers: dict[str, subprocess.Popen] = {}
+    out = {}
+    try:
+        for name in names:
+            env = dict(os.environ)
+            if "torch" in name and _OMP_POLICY_SET_HERE:
+                env.pop("OMP_WAIT_POLICY")
+            workers[name] = subprocess.Popen(
+                [sys.executable, "-m", "benchmarks.run", "--serve", workload, name,
+                 "--min_time", str(min_time)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+            out[name] = {**json.loads(_reply(name, workers[name])), "times": []}
+        for r in range(repeats):
+            for name in _round_robin(names, r):
+                workers[name].stdin.write("\n")
+                workers[name].stdin.flush()
+                out[name]["times"].append(float(_reply(name, workers[name])))
+    finally:
+        for proc in workers.values():
+            proc.stdin.close()
+            proc.wait()
     return out
 
 
@@ -203,10 +263,17 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--memory", action=argparse.BooleanOptionalAction, default=None,
                    help="measure peak RSS in subprocesses (default: on, off with --quick)")
     p.add_argument("--out", help="directory for results.json and table.md")
+    p.add_argument("--isolated", action="store_true",
+                   help="each implementation in a process of its own (PyTorch with OpenMP's "
+                        "default wait policy), still timed round-robin")
     p.add_argument("--probe", nargs=2, metavar=("WORKLOAD", "IMPL"), help=argparse.SUPPRESS)
+    p.add_argument("--serve", nargs=2, metavar=("WORKLOAD", "IMPL"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.probe:
         probe(*a.probe)
+        return []
+    if a.serve:
+        serve(*a.serve, a.min_time or 0.6)
         return []
     names = a.workloads.split(",") if a.workloads else (QUICK if a.quick else FULL)
     unknown = [n for n in names if n not in WORKLOADS]
@@ -231,7 +298,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
             keep = {*a.impls.split(","), OURS}
             w = dataclasses.replace(w, impls={k: v for k, v in w.impls.items()
                                               if k in keep or k.startswith(GEMM)})
-        rows = summarise(w, time_workload(w, repeats, min_time))
+        timings = (time_isolated(name, list(w.impls), repeats, min_time) if a.isolated
+                   else time_workload(w, repeats, min_time))
+        rows = summarise(w, timings)
         if a.memory or (a.memory is None and not a.quick):
             for r in rows:
                 r["rss_mb"] = peak_rss(name, r["impl"])

@@ -28,6 +28,15 @@ def test_quick_path_runs_a_tiny_workload(capsys):
     assert "| tiny train" in out and "| ours vs flax nn.RNN (>= 1.3) |" in out
 
 
+def test_isolated_times_each_implementation_in_its_own_process(capsys):
+    (res,) = run.main(["--quick", "--workloads", "tiny_lm", "--repeats", "2", "--min_time",
+                       "0.01", "--impls", "flax nn.RNN", "--isolated"])
+    impls = {r["impl"]: r for r in res["rows"]}
+    assert {"ours", "flax nn.RNN", "gemm xla"} <= set(impls)
+    assert impls["ours"]["ours_x"] == 1.0 and impls["flax nn.RNN"]["rate"] > 0
+    assert all(r["compile_s"] > 0 for r in impls.values())
+
+
 def test_an_unknown_workload_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as e:
         run.main(["--workloads", "zaremba_small,zaremba_smal"])
@@ -103,11 +112,13 @@ def test_binary_is_timed_against_the_implementations(tmp_path, capsys):
         (tmp_path / f"ptb.{split}.txt").write_text(text + "\n")
     rates = binary.main(["tiny", "--steps", "20", "--log_every", "10", "--repeats", "2",
                          "--impls", "ours", "--min_time", "0.01", "--data_dir", str(tmp_path),
-                         "--binary_flags=--vocab_size=60"])
+                         "--binary_flags=--checkpoint_every_steps=5"])
     assert len(rates["binary"]) == len(rates["ours"]) == 2 and min(rates["binary"]) > 0
     assert "| median |" in capsys.readouterr().out
     with pytest.raises(UserError, match="logged no rate"):
-        binary.binary_rate("tiny", 5, 10, [f"--data_dir={tmp_path}", "--vocab_size=60"])
+        binary.binary_rate("tiny", 5, 10, [f"--data_dir={tmp_path}"])
+    with pytest.raises(UserError, match="--binary_flags: --vocab_size=60 would change"):
+        binary.main(["tiny", "--binary_flags=--vocab_size=60 --seed=3"])
 
 
 def test_lm_flops_count_every_product():

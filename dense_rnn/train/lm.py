@@ -309,11 +309,12 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
                         f"{steps_per_epoch} loss {value / (pending_steps * c.batch_size):.3f} "
                         f"ppl {perplexity(value / (pending_steps * tokens_per_step)):.2f} "
                         f"{rate:,.0f} tok/s ETA {eta}")
+                # Restarted before a checkpoint: its write counts in the next set's rate.
+                pending, timed_steps, t0 = [], 0, time.time()
                 if at_ckpt and not stop and progress.step_in_epoch < steps_per_epoch:
                     save()
                     if interrupt:
                         raise Interrupted(progress.global_step)
-                pending, timed_steps, t0 = [], 0, time.time()
             if progress.step_in_epoch == steps_per_epoch:
                 progress.epoch += 1
                 progress.step_in_epoch = 0
