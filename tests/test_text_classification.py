@@ -97,6 +97,19 @@ def _write(path, data: bytes):
         f.write(data)
 
 
+def test_a_split_cut_short_is_warned_about(data_dir, tmp_path):
+    """Local files holding another number of examples than the standard split (an SST dev
+    file cut short) load, with a warning line naming the split and both counts."""
+    spec = tc.DATASETS["sst2"]
+    assert tc.size_warnings("sst2", spec, spec.load(data_dir)) == []
+    shutil.copytree(os.path.join(data_dir, "sst"), tmp_path / "sst")
+    dev = tmp_path / "sst" / "stsa.binary.dev"
+    dev.write_text("".join(dev.read_text().splitlines(keepends=True)[:449]))
+    (warning,) = tc.size_warnings("sst2", spec, spec.load(str(tmp_path)))
+    assert warning == ("warning: sst2 dev has 449 examples, the standard split 872: is a file "
+                       "cut short, or another version of sst2?")
+
+
 def test_bad_files(tmp_path):
     d = str(tmp_path)
     with pytest.raises(UserError, match="not found"):

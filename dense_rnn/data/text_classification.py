@@ -20,7 +20,7 @@ import dataclasses
 import json
 import os
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -207,33 +207,49 @@ class DatasetSpec:
     clean: Callable[[str], str] = clean_str
     hub: str = ""
     label_names: tuple[str, ...] = ()  # class ids' names, where a hub version names them
+    # The standard splits' sizes (the data README's counts), checked on local files.
+    sizes: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
+
+SST1_SIZES = {"train": 8_544, "dev": 1_101, "test": 2_210}  # sentences, phrases not expanded
+SST2_SIZES = {"train": 6_920, "dev": 872, "test": 1_821}  # neutral sentences left out
 
 # Hub datasets (columns text and label; TREC: coarse_label) have their own train/dev/test
 # splits; MR and Subj are pooled for cross-validation. The phrase sets exist only locally.
 DATASETS: dict[str, DatasetSpec] = {
     "mr": DatasetSpec(2, lambda d: load_polarity(
         d, "mr", ("rt-polarity.neg", "rt-polarity.pos"), "cp1252"), 10,
-        hub="cornell-movie-review-data/rotten_tomatoes"),
+        hub="cornell-movie-review-data/rotten_tomatoes", sizes={"all": 10_662}),
     "subj": DatasetSpec(2, lambda d: load_polarity(
         d, "subj", ("plot.tok.gt9.5000", "quote.tok.gt9.5000"), "latin-1"), 10,
-        hub="SetFit/subj"),
+        hub="SetFit/subj", sizes={"all": 10_000}),
     "sst1": DatasetSpec(5, lambda d: load_sst(d, fine=True), clean=clean_str_sst,
-                        hub="SetFit/sst5"),
+                        hub="SetFit/sst5", sizes=SST1_SIZES),
     "sst2": DatasetSpec(2, lambda d: load_sst(d, fine=False), clean=clean_str_sst,
-                        hub="SetFit/sst2"),
+                        hub="SetFit/sst2", sizes=SST2_SIZES),
     "sst1_phrases": DatasetSpec(5, lambda d: load_sst(d, fine=True, phrases=True),
-                                clean=clean_str_sst),
+                                clean=clean_str_sst, sizes={**SST1_SIZES, "train": 159_274}),
     "sst2_phrases": DatasetSpec(2, lambda d: load_sst(d, fine=False, phrases=True),
-                                clean=clean_str_sst),
-    "trec": DatasetSpec(6, load_trec, hub="CogComp/trec", label_names=TREC_LABELS),
+                                clean=clean_str_sst, sizes={**SST2_SIZES, "train": 77_616}),
+    "trec": DatasetSpec(6, load_trec, hub="CogComp/trec", label_names=TREC_LABELS,
+                        sizes={"train": 5_452, "test": 500}),
     # Zhao et al. 2019 (HM-DenseRNN); dense_rnn.data.hm_datasets imports this module.
     "imdb": DatasetSpec(2, lambda d: _hm_datasets().load_imdb(d), clean=clean_str_html,
-                        hub="stanfordnlp/imdb"),
+                        hub="stanfordnlp/imdb",
+                        sizes={"train": 22_500, "dev": 2_500, "test": 25_000}),
     "sst5": DatasetSpec(5, lambda d: _hm_datasets().load_sst5(d), clean=clean_str_sst,
-                        hub="SetFit/sst5"),
-    "ag": DatasetSpec(4, lambda d: _hm_datasets().load_ag(d), hub="fancyzhx/ag_news"),
+                        hub="SetFit/sst5", sizes=SST1_SIZES),
+    "ag": DatasetSpec(4, lambda d: _hm_datasets().load_ag(d), hub="fancyzhx/ag_news",
+                      sizes={"train": 108_000, "dev": 12_000, "test": 7_600}),
 }
+
+
+def size_warnings(name: str, spec: DatasetSpec, splits: Splits) -> list[str]:
+    """A line for every split of local files whose example count is not the standard
+    split's (a file cut short, or another version of the dataset)."""
+    return [f"warning: {name} {split} has {len(splits[split]):,} examples, the standard "
+            f"split {n:,}: is a file cut short, or another version of {name}?"
+            for split, n in spec.sizes.items() if split in splits and len(splits[split]) != n]
 _HUB_SPLITS = {"train": "train", "validation": "dev", "valid": "dev", "dev": "dev",
                "test": "test"}
 

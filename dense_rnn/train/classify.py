@@ -355,7 +355,12 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
     if bad:
         raise UserError(f"--folds {bad} out of range: {dataset} has "
                         f"{max(spec.num_folds, 1)} fold(s)")
-    raw = tc.load_hub(hf_dataset, spec) if hf_dataset else spec.load(data_dir)
+    if hf_dataset:
+        raw = tc.load_hub(hf_dataset, spec)
+    else:
+        raw = spec.load(data_dir)
+        for line in tc.size_warnings(dataset, spec, raw):
+            log(line)
     if max_len:
         raw = tc.truncate(raw, max_len)
     vectors = None
