@@ -31,8 +31,10 @@ from dense_rnn.platform import FAST_MALLOC_ENV
 # PyTorch's OpenMP threads otherwise spin after each parallel region, competing with XLA's
 # threads in this process (and with other load): 2-10x slower, erratic PyTorch steps. With
 # --isolated, PyTorch runs alone in its process and keeps OpenMP's default policy.
+_OMP_DEFAULT = "DENSE_RNN_BENCH_OMP_DEFAULT"  # set by --isolated for PyTorch's worker
 _OMP_POLICY_SET_HERE = "OMP_WAIT_POLICY" not in os.environ
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+if not os.environ.get(_OMP_DEFAULT):
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # On a GPU, JAX would otherwise take 75% of its memory up front, leaving PyTorch the rest.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 # Issue #5's targets: the least "ours x" against each peer, and the least fraction of the
@@ -136,6 +138,16 @@ def _reply(name: str, proc: subprocess.Popen) -> str:
     return line
 
 
+def worker_env(impl: str) -> dict[str, str]:
+    """An ``--isolated`` worker's environment: this process's, except that PyTorch's keeps
+    OpenMP's default wait policy (unless the user set one)."""
+    env = dict(os.environ)
+    if "torch" in impl and _OMP_POLICY_SET_HERE:
+        env.pop("OMP_WAIT_POLICY", None)
+        env[_OMP_DEFAULT] = "1"
+    return env
+
+
 def time_isolated(workload: str, names: list[str], repeats: int,
                   min_time: float) -> dict[str, dict]:
     """``time_workload`` with each implementation in a process of its own (``--serve``),
@@ -146,13 +158,10 @@ def time_isolated(workload: str, names: list[str], repeats: int,
     out = {}
     try:
         for name in names:
-            env = dict(os.environ)
-            if "torch" in name and _OMP_POLICY_SET_HERE:
-                env.pop("OMP_WAIT_POLICY")
             workers[name] = subprocess.Popen(
                 [sys.executable, "-m", "benchmarks.run", "--serve", workload, name,
                  "--min_time", str(min_time)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=worker_env(name))
             out[name] = {**json.loads(_reply(name, workers[name])), "times": []}
         for r in range(repeats):
             for name in _round_robin(names, r):

@@ -91,18 +91,20 @@ def run_all(root: str, names: Sequence[str],
             after: Mapping[str, str] | None = None) -> list[str]:
     """Runs ``start(name)`` (``launch``: None for a run already finished) for every run,
     ``parallel`` at a time; a run named in ``after`` waits until that run has finished, and
-    is skipped if it failed. Returns the runs that failed or were skipped, each with why."""
+    is skipped if it failed (also when it kept an earlier command's results). Returns the runs
+    that failed or were skipped, each with why."""
     after = after or {}
     os.makedirs(root, exist_ok=True)
     pending = list(names)
     running: dict[str, subprocess.Popen] = {}
     failed: list[str] = []
+    failed_names: set[str] = set()
     while pending or running:
         for name in list(pending):
             if len(running) >= parallel:
                 break
             first = after.get(name)
-            if first and summary(root, first) is None:
+            if first and (first in failed_names or summary(root, first) is None):
                 if first not in running and first not in pending:
                     _log(f"skipped {name}: {first} failed")
                     failed.append(f"{name} (skipped: {first} failed)")
@@ -123,6 +125,7 @@ def run_all(root: str, names: Sequence[str],
                     _log(f"finished {name}")
                     continue
                 failed.append(f"{name} (exit {proc.returncode})")
+                failed_names.add(name)
                 kept = _restore_previous(os.path.join(root, name))
                 _log(f"failed {name} (exit {proc.returncode}; its log: "
                      f"{os.path.join(root, name, 'train.log')})"
@@ -137,8 +140,11 @@ def _restore_previous(workdir: str) -> bool:
     if os.path.exists(os.path.join(workdir, "summary.json")) or not os.path.exists(moved):
         return False
     for current, previous in PREVIOUS.items():
-        with contextlib.suppress(FileNotFoundError):
+        if os.path.exists(os.path.join(workdir, previous)):
             os.replace(os.path.join(workdir, previous), os.path.join(workdir, current))
+        else:  # the summary had no recorded command: it is not this command's either
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(workdir, current))
     return True
 
 

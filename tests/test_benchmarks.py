@@ -4,6 +4,8 @@ ports, and the GPU-only cuDNN LM through JAX's reference of cuDNN's LSTM)."""
 
 import dataclasses
 import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +17,7 @@ from benchmarks import ab, binary, flops, peers, profile, run
 from dense_rnn.configs import ptb
 from dense_rnn.errors import UserError
 from dense_rnn.train import classify, lm
+from tests.conftest import REPO
 
 
 def test_quick_path_runs_a_tiny_workload(capsys):
@@ -35,6 +38,15 @@ def test_isolated_times_each_implementation_in_its_own_process(capsys):
     assert {"ours", "flax nn.RNN", "gemm xla"} <= set(impls)
     assert impls["ours"]["ours_x"] == 1.0 and impls["flax nn.RNN"]["rate"] > 0
     assert all(r["compile_s"] > 0 for r in impls.values())
+
+
+@pytest.mark.skipif(not run._OMP_POLICY_SET_HERE, reason="OMP_WAIT_POLICY set by the user")
+def test_the_isolated_pytorch_worker_keeps_openmps_default_policy():
+    code = "import os, benchmarks.run; print(os.environ.get('OMP_WAIT_POLICY'))"
+    for impl, policy in [("torch nn.LSTM", "None"), ("flax nn.RNN", "PASSIVE")]:
+        out = subprocess.run([sys.executable, "-c", code], env=run.worker_env(impl),
+                             cwd=REPO, capture_output=True, text=True, check=True).stdout
+        assert out.strip() == policy, impl
 
 
 def test_an_unknown_workload_is_a_usage_error(capsys):

@@ -1,6 +1,7 @@
 """The checkpointer: identity across a JSON round trip, re-saving a step after a kill."""
 
 import dataclasses
+import os
 
 import numpy as np
 import pytest
@@ -90,7 +91,7 @@ def test_resume_line_says_where_training_picks_up_or_why_there_is_nothing_to_tra
 
 
 def test_an_unreadable_latest_checkpoint_falls_back_to_the_one_before(tmp_path, capsys):
-    """A checkpoint whose files were cut short is reported, removed, and the older one
+    """A checkpoint whose files were cut short is reported, moved aside, and the older one
     restored; with none left to fall back on, the error says the checkpoint is damaged."""
     like = {"w": np.zeros(3, np.float32)}
     with checkpoint.Checkpointer(str(tmp_path), {}) as ckpt:
@@ -105,6 +106,8 @@ def test_an_unreadable_latest_checkpoint_falls_back_to_the_one_before(tmp_path, 
     np.testing.assert_array_equal(state["w"], np.ones(3))
     assert meta == {"epoch": 1}
     assert "checkpoints/2 cannot be read" in capsys.readouterr().err
+    (aside,) = os.listdir(tmp_path / "unreadable_checkpoints")  # kept, not deleted
+    assert aside.startswith("2.") and not (tmp_path / "checkpoints" / "2").exists()
     for f in (tmp_path / "checkpoints" / "1" / "state").rglob("*"):
         if f.is_file():
             f.write_bytes(f.read_bytes()[:10])

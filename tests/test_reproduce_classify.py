@@ -308,3 +308,20 @@ def test_extra_splits_only_at_commas_that_start_a_flag():
     assert runner.extra_args(["--scan_unroll=5,--log_every_steps=400"]) == [
         "--scan_unroll=5", "--log_every_steps=400"]
     assert runner.extra_args([]) == []
+
+
+def test_a_failed_relaunch_of_a_run_without_a_recorded_command_is_not_finished_later(
+        tmp_path, monkeypatch):
+    """A summary written without command.txt (the binary run by hand) is put back after a
+    failed relaunch, without the failed command: the next driver run launches it again."""
+    monkeypatch.setattr(runner.time, "sleep", lambda s: None)
+    popen = subprocess.Popen
+    monkeypatch.setattr(runner.subprocess, "Popen", lambda cmd, **kw: popen(
+        [sys.executable, "-c", "raise SystemExit(2)"], **kw))
+    workdir = tmp_path / "tiny"
+    workdir.mkdir()
+    (workdir / "summary.json").write_text('{"epochs": 5}')
+    relaunch = lambda name: runner.launch("experiments.ptb_lm", ["--config=tiny"], str(workdir))  # noqa: E731
+    assert runner.run_all(str(tmp_path), ["tiny"], relaunch, 1) == ["tiny (exit 2)"]
+    assert sorted(os.listdir(workdir)) == ["summary.json", "train.log"]
+    assert relaunch("tiny") is not None

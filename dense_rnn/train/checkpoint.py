@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -180,7 +181,7 @@ class Checkpointer:
     def restore(self, like: Any) -> tuple[Any, dict[str, Any]] | None:
         """The latest state (structured like ``like``) and its metadata, or None. A latest
         checkpoint that cannot be read (a file cut short, say) is reported on stderr and
-        removed, and the one before it restored."""
+        moved to ``WORKDIR/unreadable_checkpoints/``, and the one before it restored."""
         steps = sorted(self._latest.all_steps(), reverse=True)
         for i, step in enumerate(steps):
             try:
@@ -188,12 +189,21 @@ class Checkpointer:
             except UserError as e:
                 if i == len(steps) - 1:
                     raise
-                print(f"warning: {str(e).split('; use a new')[0]}; resuming from checkpoint "
-                      f"{steps[i + 1]} instead", file=sys.stderr, flush=True)
+                print(f"warning: {str(e).split('; use a new')[0]}; moved to "
+                      f"{self._set_aside(step)}, resuming from checkpoint {steps[i + 1]}",
+                      file=sys.stderr, flush=True)
                 continue
-            self.discard_from(step + 1)  # the unreadable later ones
             return restored
         return None
+
+    def _set_aside(self, step: int) -> str:
+        """Moves latest checkpoint ``step`` out of the checkpoint directory; returns where."""
+        aside = os.path.join(self.workdir, "unreadable_checkpoints")
+        os.makedirs(aside, exist_ok=True)
+        dest = os.path.join(aside, f"{step}.{time.strftime('%Y%m%d-%H%M%S')}")
+        os.replace(os.path.join(self.workdir, "checkpoints", str(step)), dest)
+        self._latest.reload()
+        return dest
 
     def discard_from(self, step: int) -> int | None:
         """Removes the latest checkpoints of ``step`` and later (those of weights a diverged
