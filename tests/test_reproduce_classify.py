@@ -279,10 +279,9 @@ def test_a_finished_run_is_launched_again_only_under_another_command(tmp_path, m
     assert (workdir / "summary.previous.json").read_text() == '{"epochs": 5}'
 
 
-def test_a_failed_relaunch_keeps_the_previous_results_and_is_reported(tmp_path, monkeypatch,
-                                                                       capsys):
-    """A finished run relaunched under another command that fails (a config the checkpoint
-    refuses, say) gets its summary and command back, and the driver's exit says so."""
+@pytest.fixture
+def finished_run_whose_relaunch_fails(tmp_path, monkeypatch):
+    """A workdir holding a finished run's summary; every launched binary exits 2."""
     monkeypatch.setattr(runner.time, "sleep", lambda s: None)
     popen = subprocess.Popen
     monkeypatch.setattr(runner.subprocess, "Popen", lambda cmd, **kw: popen(
@@ -290,6 +289,14 @@ def test_a_failed_relaunch_keeps_the_previous_results_and_is_reported(tmp_path, 
     workdir = tmp_path / "tiny"
     workdir.mkdir()
     (workdir / "summary.json").write_text('{"epochs": 5}')
+    return workdir
+
+
+def test_a_failed_relaunch_keeps_the_previous_results_and_is_reported(
+        tmp_path, finished_run_whose_relaunch_fails, capsys):
+    """A finished run relaunched under another command that fails (a config the checkpoint
+    refuses, say) gets its summary and command back, and the driver's exit says so."""
+    workdir = finished_run_whose_relaunch_fails
     (workdir / "command.txt").write_text("python -m experiments.ptb_lm --config=tiny\n")
     failed = runner.run_all(str(tmp_path), ["tiny"], lambda name: runner.launch(
         "experiments.ptb_lm", ["--config=tiny", "--hidden_size=32"], str(workdir)), 1)
@@ -311,16 +318,10 @@ def test_extra_splits_only_at_commas_that_start_a_flag():
 
 
 def test_a_failed_relaunch_of_a_run_without_a_recorded_command_is_not_finished_later(
-        tmp_path, monkeypatch):
+        tmp_path, finished_run_whose_relaunch_fails):
     """A summary written without command.txt (the binary run by hand) is put back after a
     failed relaunch, without the failed command: the next driver run launches it again."""
-    monkeypatch.setattr(runner.time, "sleep", lambda s: None)
-    popen = subprocess.Popen
-    monkeypatch.setattr(runner.subprocess, "Popen", lambda cmd, **kw: popen(
-        [sys.executable, "-c", "raise SystemExit(2)"], **kw))
-    workdir = tmp_path / "tiny"
-    workdir.mkdir()
-    (workdir / "summary.json").write_text('{"epochs": 5}')
+    workdir = finished_run_whose_relaunch_fails
     relaunch = lambda name: runner.launch("experiments.ptb_lm", ["--config=tiny"], str(workdir))  # noqa: E731
     assert runner.run_all(str(tmp_path), ["tiny"], relaunch, 1) == ["tiny (exit 2)"]
     assert sorted(os.listdir(workdir)) == ["summary.json", "train.log"]
