@@ -85,7 +85,7 @@ def test_bidirectional_single_scan_matches_two_scans(x64, use_rmask):
     a = inputs(jnp.float64)
     x = a["xw"][..., :6]
     lengths = jnp.array([T, 3, 0])
-    layer = recurrent.Bidirectional("lstm", H)
+    layer = recurrent.Bidirectional("lstm", H, param_dtype=jnp.float64)
     params = layer.init(jax.random.key(1), x, lengths=lengths)["params"]
     rmask = (a["rmask"], 1.5 * a["rmask"]) if use_rmask else None
     ct = jax.random.normal(jax.random.key(2), (B, T, 2 * H), jnp.float64)
