@@ -97,17 +97,16 @@ def run_all(root: str, names: Sequence[str],
     os.makedirs(root, exist_ok=True)
     pending = list(names)
     running: dict[str, subprocess.Popen] = {}
-    failed: list[str] = []
-    failed_names: set[str] = set()
+    failed: dict[str, str] = {}  # name -> why
     while pending or running:
         for name in list(pending):
             if len(running) >= parallel:
                 break
             first = after.get(name)
-            if first and (first in failed_names or summary(root, first) is None):
+            if first and (first in failed or summary(root, first) is None):
                 if first not in running and first not in pending:
                     _log(f"skipped {name}: {first} failed")
-                    failed.append(f"{name} (skipped: {first} failed)")
+                    failed[name] = f"skipped: {first} failed"
                     pending.remove(name)
                 continue
             pending.remove(name)
@@ -124,13 +123,12 @@ def run_all(root: str, names: Sequence[str],
                 if proc.returncode == 0:
                     _log(f"finished {name}")
                     continue
-                failed.append(f"{name} (exit {proc.returncode})")
-                failed_names.add(name)
+                failed[name] = f"exit {proc.returncode}"
                 kept = _restore_previous(os.path.join(root, name))
                 _log(f"failed {name} (exit {proc.returncode}; its log: "
                      f"{os.path.join(root, name, 'train.log')})"
                      + ("; its previous results are kept" if kept else ""))
-    return failed
+    return [f"{name} ({why})" for name, why in failed.items()]
 
 
 def _restore_previous(workdir: str) -> bool:

@@ -29,6 +29,15 @@ from dense_rnn.files import atomic_write
 P = TypeVar("P")
 
 
+class UnreadableCheckpoint(UserError):
+    """A checkpoint that cannot be read: damaged, or of another structure."""
+
+    def __init__(self, where: str, why: str):
+        super().__init__(f"checkpoint {where} cannot be read ({why}): it is damaged or does "
+                         "not fit this config; use a new --workdir")
+        self.where, self.why = where, why
+
+
 @contextlib.contextmanager
 def _interrupt_after() -> Iterator[None]:
     """Holds back Ctrl-C (SIGINT) until the block has run, then hands it to the handler it
@@ -161,7 +170,7 @@ class Checkpointer:
                  step: int | None = None) -> tuple[Any, dict[str, Any]] | None:
         """``item`` of ``manager``'s checkpoint ``step`` (default: the latest), structured like
         ``like``, and its metadata, or None without a checkpoint; one that cannot be read
-        (damaged, or of another structure) is a ``UserError``."""
+        is an ``UnreadableCheckpoint``."""
         step = manager.latest_step() if step is None else step
         if step is None:
             return None
@@ -172,10 +181,8 @@ class Checkpointer:
         except Exception as e:  # orbax raises bare Exceptions for damaged files
             why = f"{type(e).__name__}: {str(e).splitlines()[0][:100]}" if str(e) else (
                 type(e).__name__)
-            raise UserError(
-                f"checkpoint {self.workdir}/{manager.directory.name}/{step} cannot be read "
-                f"({why}): it is damaged or does not fit this config; use a new --workdir"
-            ) from None
+            raise UnreadableCheckpoint(
+                f"{self.workdir}/{manager.directory.name}/{step}", why) from None
         return out[item], out.meta
 
     def restore(self, like: Any) -> tuple[Any, dict[str, Any]] | None:
@@ -186,10 +193,11 @@ class Checkpointer:
         for i, step in enumerate(steps):
             try:
                 restored = self._restore(self._latest, "state", like, step)
-            except UserError as e:
+            except UnreadableCheckpoint as e:
                 if i == len(steps) - 1:
                     raise
-                print(f"warning: {str(e).split('; use a new')[0]}; moved to "
+                print(f"warning: checkpoint {e.where} cannot be read ({e.why}): it is damaged or "
+                      "does not fit this config; moved to "
                       f"{self._set_aside(step)}, resuming from checkpoint {steps[i + 1]}",
                       file=sys.stderr, flush=True)
                 continue
@@ -201,7 +209,7 @@ class Checkpointer:
         aside = os.path.join(self.workdir, "unreadable_checkpoints")
         os.makedirs(aside, exist_ok=True)
         dest = os.path.join(aside, f"{step}.{time.strftime('%Y%m%d-%H%M%S')}")
-        os.replace(os.path.join(self.workdir, "checkpoints", str(step)), dest)
+        os.replace(os.path.join(self._latest.directory, str(step)), dest)
         self._latest.reload()
         return dest
 
