@@ -11,6 +11,7 @@ from __future__ import annotations
 from dense_rnn.configs.classifier import ClassifierConfig
 from dense_rnn.configs.dc_bilstm import dense_features
 from dense_rnn.configs.ptb import LMConfig
+from dense_rnn.dense_block import rec_rows
 from dense_rnn.hm_stack import layer_schedule
 
 TRAIN_FACTOR = 3  # forward + d(input) + d(weight)
@@ -57,16 +58,17 @@ def dc_bilstm_forward(c: ClassifierConfig, batch: int, time: int, num_classes: i
 def hm_forward(c: ClassifierConfig, batch: int, time: int, num_classes: int) -> int:
     """Forward FLOPs of an ``HMTextClassifier`` with ``net="hm"`` on full-length sequences.
 
-    Layer ``l`` updates ``time // stride`` times; at block position ``p`` (0-based) its
-    recurrent input holds ``max(p, 1)`` states (Zhao et al. eq. 2), each of ``H`` units.
+    Layer ``l`` updates ``time // stride`` times; at block position ``n`` (1-based) its
+    recurrent input holds ``rec_rows(n, block_start)`` states (Zhao et al. eq. 2, 5), each
+    of ``H`` units.
     """
     a = c.model_args
     h, gates = a["features"], {"rnn": 1, "gru": 3, "lstm": 4}[a["cell"]]
     d, total = c.embed_size, 0
-    for stride, _, k in layer_schedule(a["depths"], a.get("multiscale", True),
-                                       a.get("dense", True)):
-        steps = time // stride
+    for plan in layer_schedule(a["depths"], a.get("multiscale", True), a.get("dense", True)):
+        steps = time // plan.stride
         total += matmul(batch * steps, d, gates * h)
-        total += sum(matmul(batch, max(t % k, 1) * h, gates * h) for t in range(steps))
+        total += sum(matmul(batch, rec_rows(t % plan.own_depth + 1, plan.block_start) * h,
+                            gates * h) for t in range(steps))
         d = h
     return total + matmul(batch, h, num_classes)

@@ -192,12 +192,15 @@ def dc_bilstm_port(dropout_embed: float, dropout_pool: float, num_layers: int) -
     return Port(forward)
 
 
-def naive_dense_gru(p: dict, w_hh: list[Array], x: Array, update: Array, pos: Array) -> Array:
+def naive_dense_gru(p: dict, w_hh: list[Array], x: Array, update: Array, pos: Array,
+                    block_start: bool) -> Array:
     """A DenseGRU layer (Zhao et al. eq. 2, 7-8) run at the input rate: at steps where
     ``update[b, t]`` is false it copies its state (eq. 6); ``pos[t]`` is the block position
-    of an update at ``t``. Returns ``h`` at every step."""
+    of an update at ``t``; with ``block_start`` the state before the block's first update
+    is read by every update of the block (eq. 5). Returns ``h`` at every step."""
     batch = x.shape[0]
     n = w_hh[0].shape[1] // 3
+    first = int(block_start)  # slots: [carried state,] the block's updates
 
     def gru(w, h, x_t, rec):
         xw = x_t @ p["w_ih"] + p["b"]
@@ -208,18 +211,24 @@ def naive_dense_gru(p: dict, w_hh: list[Array], x: Array, update: Array, pos: Ar
 
     branches = [
         lambda h, block, x_t, j=j: gru(
-            w_hh[j], h, x_t, h if j == 0 else block[:, :j].reshape(batch, j * n))
+            w_hh[j], h, x_t, h if j + first == 0 else block[:, : j + first].reshape(
+                batch, (j + first) * n))
         for j in range(len(w_hh))
     ]
+    slots = jnp.arange(len(w_hh) + first)
 
     def body(state, inputs):
         h, block = state
         x_t, u_t, pos_t = inputs
+        if block_start:
+            block = jnp.where((u_t & (pos_t == 0))[:, None, None] & (slots == 0)[None, :, None],
+                              h[:, None], block)
         h_new = jnp.where(u_t[:, None], jax.lax.switch(pos_t, branches, h, block, x_t), h)
-        slot = u_t[:, None, None] & (jnp.arange(len(w_hh)) == pos_t)[None, :, None]
+        slot = u_t[:, None, None] & (slots == pos_t + first)[None, :, None]
         return (h_new, jnp.where(slot, h_new[:, None], block)), h_new
 
-    state = (jnp.zeros((batch, n), x.dtype), jnp.zeros((batch, len(w_hh), n), x.dtype))
+    state = (jnp.zeros((batch, n), x.dtype),
+             jnp.zeros((batch, len(w_hh) + first, n), x.dtype))
     _, hs = jax.lax.scan(body, state, (jnp.swapaxes(x, 0, 1), update.T, pos))
     return jnp.swapaxes(hs, 0, 1)
 
@@ -235,14 +244,14 @@ def hm_port(depths: tuple[int, ...]) -> Port:
     def forward(params, tokens, lengths, key):
         x = params["embed"]["embedding"][tokens]
         t = jnp.arange(tokens.shape[1])
-        for i, (stride, _, k) in enumerate(schedule):
+        for i, (stride, _, k, block_start) in enumerate(schedule):
             layer = params["hm"][f"layer_{i}"]
             w_hh = [layer[f"w_hh_{j}"] for j in range(1, k + 1)]
             inside = t[None, :] < lengths[:, None]
             update = (((t + 1) % stride == 0)[None, :] & inside) | (
                 t[None, :] == lengths[:, None] - 1)
             pos = (-(-(t + 1) // stride) - 1) % k
-            x = naive_dense_gru(layer, w_hh, x, update, pos)
+            x = naive_dense_gru(layer, w_hh, x, update, pos, block_start)
         last = jnp.take_along_axis(x, jnp.maximum(lengths - 1, 0)[:, None, None], 1)[:, 0]
         return last @ params["softmax"]["kernel"] + params["softmax"]["bias"]
 

@@ -10,6 +10,12 @@ and updates ``h_t = f(W1 x_t + W2^{(n)} x~_t + b)`` (eq. 3). ``W1`` is shared by
 the recurrent weight ``W2^{(n)}`` (``(max(n-1, 1) * H, g * H)``) is owned by the position
 ``n`` and shared across blocks. ``k = 1`` is the plain cell.
 
+``block_start=True`` is eq. 5 on a layer of the hierarchical multiscale stack that updates
+every ``s > 1`` input steps (``hm_stack``): its block's first ``s - 1`` steps copy the
+state carried into the block, so ``x~`` at its ``n``-th update in the block holds that
+state and its ``n - 1`` updates so far (``W2^{(n)}``: ``n * H`` rows; copies of a state
+are not repeated).
+
 The whole layer is ONE ``lax.scan`` over blocks: its body unrolls the ``k`` steps of a
 block, so position ``n`` concatenates the block's states so far and multiplies them by
 ``W2^{(n)}`` at its own width (no buffer, masking or zero-padded weight inside the loop);
@@ -81,9 +87,10 @@ DENSE_STEPS: dict[str, DenseStep] = {"rnn": _rnn, "gru": _gru, "lstm": _lstm}
 OPERAND_BLOCKS: dict[str, tuple[int, ...]] = {"rnn": (1,), "gru": (2, 1), "lstm": (4,)}
 
 
-def rec_rows(n: int) -> int:
-    """Number of hidden states in ``x~_t`` at block position ``n`` (1-based), eq. 2."""
-    return max(n - 1, 1)
+def rec_rows(n: int, block_start: bool = False) -> int:
+    """Number of hidden states in ``x~_t`` at block position ``n`` (1-based): eq. 2, or
+    with ``block_start`` eq. 5 on a strided layer (the state carried into the block too)."""
+    return n if block_start else max(n - 1, 1)
 
 
 def dense_scan(
@@ -92,15 +99,18 @@ def dense_scan(
     xw: Array,
     carry: cells.Carry,
     lengths: Array | None = None,
+    block_start: bool = False,
 ) -> tuple[cells.Carry, Array]:
     """Runs a dense recurrent block layer over pre-projected inputs ``xw`` (batch, time, gH).
 
     Args:
       cell: ``"rnn"``, ``"gru"`` or ``"lstm"``.
-      w_hh: ``k`` recurrent weights; ``w_hh[n-1]`` is ``W2^{(n)}``, ``(rec_rows(n) * H, gH)``.
+      w_hh: ``k`` recurrent weights; ``w_hh[n-1]`` is ``W2^{(n)}``,
+        ``(rec_rows(n, block_start) * H, gH)``.
       xw: ``W1 x_t + b`` for every step.
       carry: initial cell carry (``h`` or ``(c, h)``), batch-major.
       lengths: optional ``(batch,)`` real lengths; later steps keep the carry, output 0.
+      block_start: every position also reads the state carried into the block (eq. 5).
 
     Returns:
       ``(final_carry, outputs (batch, time, H))``.
@@ -110,17 +120,19 @@ def dense_scan(
     ``W2^{(n)}`` is ONE product over the steps at position ``n`` of their saved operands and
     ``dxw``, instead of a small product accumulated inside the backward scan at every step.
     """
-    return _dense_scan(cell, tuple(w_hh), xw, carry, lengths)
+    return _dense_scan(cell, block_start, tuple(w_hh), xw, carry, lengths)
 
 
 def _scan(
-    cell: str, w_hh: tuple[Array, ...], xw: Array, carry: cells.Carry, lengths: Array | None
+    cell: str, block_start: bool, w_hh: tuple[Array, ...], xw: Array, carry: cells.Carry,
+    lengths: Array | None
 ) -> tuple[tuple[cells.Carry, Array], tuple[tuple[Array, ...], ...]]:
     """The layer as ONE ``lax.scan`` over blocks of ``k`` steps (time padded to whole blocks,
     the padding masked); the ``k`` steps of a block are unrolled in the body, so position
     ``n`` multiplies exactly ``x~_t`` by ``W2^{(n)}``: no buffer, masking or padded weight.
     Returns ``((final_carry, outputs), operands)``; ``operands[n - 1]`` holds the left
-    operands of position ``n``'s products, each ``(blocks, batch, rec_rows(n) * H)``."""
+    operands of position ``n``'s products, each
+    ``(blocks, batch, rec_rows(n, block_start) * H)``."""
     step = DENSE_STEPS[cell]
     k = len(w_hh)
     n_hidden = cells.carry_output(carry).shape[-1]
@@ -137,9 +149,12 @@ def _scan(
         carry: cells.Carry, inputs: tuple[Array, Array]
     ) -> tuple[cells.Carry, tuple[Array, tuple[tuple[Array, ...], ...]]]:
         xw_b, m_b = inputs  # (k, batch, gH), (k, batch)
-        hs, ys, operands = [], [], []
-        for n in range(k):  # eq. 2: the previous state, then the block's states so far
-            rec = cells.carry_output(carry) if n == 0 else jnp.concatenate(hs, axis=-1)
+        # eq. 2: the previous state, then the block's states so far; eq. 5 (block_start):
+        # the state carried into the block, then it and the block's states so far
+        hs = [cells.carry_output(carry)] if block_start else []
+        ys, operands = [], []
+        for n in range(k):
+            rec = jnp.concatenate(hs, axis=-1) if hs else cells.carry_output(carry)
             new_carry, h, ops = step(ws[n], carry, xw_b[n], rec)
             keep = m_b[n][:, None]  # a prefix mask: later steps of an ended row are masked too
             carry = jax.tree.map(lambda a, b, keep=keep: jnp.where(keep, a, b), new_carry, carry)
@@ -158,24 +173,27 @@ def _cuts(cell: str, n_hidden: int) -> list[int]:
     return list(itertools.accumulate(b * n_hidden for b in OPERAND_BLOCKS[cell][:-1]))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
 def _dense_scan(
-    cell: str, w_hh: tuple[Array, ...], xw: Array, carry: cells.Carry, lengths: Array | None
+    cell: str, block_start: bool, w_hh: tuple[Array, ...], xw: Array, carry: cells.Carry,
+    lengths: Array | None
 ) -> tuple[cells.Carry, Array]:
-    return _scan(cell, w_hh, xw, carry, lengths)[0]
+    return _scan(cell, block_start, w_hh, xw, carry, lengths)[0]
 
 
 def _dense_scan_fwd(
-    cell: str, w_hh: tuple[Array, ...], xw: Array, carry: cells.Carry, lengths: Array | None
+    cell: str, block_start: bool, w_hh: tuple[Array, ...], xw: Array, carry: cells.Carry,
+    lengths: Array | None
 ) -> tuple[tuple[cells.Carry, Array], tuple]:
     # the weights are constants of the vjp: their gradient is not accumulated per step
     out, vjp, operands = jax.vjp(
-        lambda xw, carry: _scan(cell, w_hh, xw, carry, lengths), xw, carry, has_aux=True)
+        lambda xw, carry: _scan(cell, block_start, w_hh, xw, carry, lengths), xw, carry,
+        has_aux=True)
     return out, (vjp, operands, w_hh)
 
 
 def _dense_scan_bwd(
-    cell: str, res: tuple, cotangents: tuple[cells.Carry, Array]
+    cell: str, block_start: bool, res: tuple, cotangents: tuple[cells.Carry, Array]
 ) -> tuple[tuple[Array, ...], Array, cells.Carry, None]:
     vjp, operands, w_hh = res
     k = len(w_hh)
@@ -208,12 +226,15 @@ class DenseRecurrent(nn.Module):
     """One DenseRNN / DenseGRU / DenseLSTM layer (eq. 2-3, 7-8) of dense depth ``k``.
 
     Parameters: ``w_ih`` (d, gH) = ``W1``, ``b`` (gH), ``w_hh_{n}`` = ``W2^{(n)}`` for
-    ``n = 1..k``. ``__call__(x, lengths) -> (final_carry, (batch, time, H))``.
+    ``n = 1..k``. ``block_start``: ``x~`` also holds the state carried into the block (eq. 5
+    on a strided layer of the HM stack). ``__call__(x, lengths) -> (final_carry, (batch,
+    time, H))``.
     """
 
     cell: str
     features: int
     k: int
+    block_start: bool = False
 
     @nn.compact
     def __call__(self, x: Array, lengths: Array | None = None) -> tuple[cells.Carry, Array]:
@@ -226,8 +247,9 @@ class DenseRecurrent(nn.Module):
             "b": self.param("b", init, (g,)),
         }
         w_hh = [
-            self.param(f"w_hh_{n}", init, (rec_rows(n) * self.features, g))
+            self.param(f"w_hh_{n}", init, (rec_rows(n, self.block_start) * self.features, g))
             for n in range(1, self.k + 1)
         ]
         carry = spec.zero_carry((x.shape[0],), self.features, x.dtype)
-        return dense_scan(self.cell, w_hh, cells.project(params, x), carry, lengths)
+        return dense_scan(self.cell, w_hh, cells.project(params, x), carry, lengths,
+                          self.block_start)

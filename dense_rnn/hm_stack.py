@@ -4,9 +4,14 @@
 ``k^(l) = 2^(l-1) k^(1)``). Layer ``l > 1`` updates only when ``t ≡ 0 (mod k^(l-1))``, i.e. at
 the block ends of the layer below, reading ``h^{l-1}_t``; at every other step it copies
 ``h^l_{t-1}`` (eq. 6). Its dense blocks span ``k^(l)`` input steps (eq. 5), i.e.
-``k^(l) / k^(l-1)`` of its own updates; copied states repeat the last update, so ``x~_t``
-holds the layer's distinct states of the block (its updates so far, or at the block's
-first update the state carried from the previous block).
+``k^(l) / k^(l-1)`` of its own updates. The block's first ``k^(l-1) - 1`` steps copy the
+state carried from the previous block, and every later copy repeats an update of the block,
+so ``x~_t`` at the block's ``n``-th update holds that carried state and the ``n - 1``
+updates so far (each distinct state once: ``DenseRecurrent(block_start=True)``).
+
+A first layer of dense depth 2 is the plain cell: both positions read ``h_{t-1}``, and
+Sec. 4.1 says "when dense depth is 2, the layer degenerates into a regular RNN". Table 2's
+HM-Dense* counts need both (``configs/hm_densernn.py``).
 
 Copies carry no computation, so layer ``l`` is run as a ``DenseRecurrent`` layer over the
 strided sequence of the lower layer's block-end states (``ceil(T / k^(l-1))`` steps).
@@ -25,6 +30,7 @@ cell (one recurrent weight) while keeping the multiscale update schedule.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import flax.linen as nn
 import jax
@@ -37,21 +43,34 @@ from dense_rnn.recurrent import clamp_lengths
 Array = jax.Array
 
 
-def layer_schedule(
-    depths: Sequence[int], multiscale: bool = True, dense: bool = True
-) -> list[tuple[int, int, int]]:
-    """Per layer ``(stride, subsample, own_depth)``.
+class LayerPlan(NamedTuple):
+    """How one layer of the stack runs.
 
     ``stride``: input steps between the layer's updates (``k^(l-1)``, 1 for the first layer
     or without multiscale); ``subsample``: take every ``subsample``-th output of the layer
-    below; ``own_depth``: dense depth in the layer's own steps (1 = plain cell).
+    below; ``own_depth``: dense depth in the layer's own steps (1 = plain cell);
+    ``block_start``: ``x~`` also holds the state carried into the block (strided layers).
     """
+
+    stride: int
+    subsample: int
+    own_depth: int
+    block_start: bool
+
+
+def layer_schedule(
+    depths: Sequence[int], multiscale: bool = True, dense: bool = True
+) -> list[LayerPlan]:
+    """Each layer's ``LayerPlan``."""
     out, prev_stride = [], 1
     for i, k in enumerate(depths):
         stride = depths[i - 1] if multiscale and i else 1
         if stride % prev_stride or k % stride:
             raise ValueError(f"dense depths {tuple(depths)} must each divide the next")
-        out.append((stride, stride // prev_stride, k // stride if dense else 1))
+        own = k // stride if dense else 1
+        if stride == 1 and own == 2:
+            own = 1  # "degenerates into a regular RNN" (Sec. 4.1)
+        out.append(LayerPlan(stride, stride // prev_stride, own, own > 1 and stride > 1))
         prev_stride = stride
     return out
 
@@ -93,10 +112,9 @@ class HMDenseStack(nn.Module):
     def __call__(self, x: Array, lengths: Array | None = None) -> tuple[cells.Carry, list[Array]]:
         """The top layer's final carry and each layer's states on its own time axis."""
         outputs, carry = [], None
-        for i, (_, sub, k) in enumerate(layer_schedule(self.depths, self.multiscale,
-                                                       self.dense)):
-            x, lengths = update_points(x, lengths, sub)
-            carry, x = DenseRecurrent(self.cell, self.features, k, name=f"layer_{i}")(
-                x, lengths)
+        for i, plan in enumerate(layer_schedule(self.depths, self.multiscale, self.dense)):
+            x, lengths = update_points(x, lengths, plan.subsample)
+            carry, x = DenseRecurrent(self.cell, self.features, plan.own_depth,
+                                      plan.block_start, name=f"layer_{i}")(x, lengths)
             outputs.append(x)
         return carry, outputs

@@ -27,14 +27,20 @@ def cell_update(cell, p, x, rec, h_prev, c_prev, w2):
     return sigmoid(o) * np.tanh(c), c
 
 
-def dense_layer(cell, p, xs, k):
-    """Eq. 2-3 over one sequence ``xs`` (T, d): states ``(T, H)``."""
+def dense_layer(cell, p, xs, k, block_start=False):
+    """Eq. 2-3 over one sequence ``xs`` (T, d): states ``(T, H)``. ``block_start``: x~ is
+    the state before the block followed by the block's states so far (eq. 5 on a layer
+    updating every s > 1 steps, its copies dropped)."""
     hidden = p["w_hh_1"].shape[0]
     h, c, hs = np.zeros(hidden), np.zeros(hidden), []
     for t in range(1, len(xs) + 1):
         m, n = divmod(t - 1, k)
         n += 1
-        rec = h if n == 1 else np.concatenate([hs[m * k + j - 1] for j in range(1, n)])
+        block = [hs[m * k + j - 1] for j in range(1, n)]
+        if block_start:
+            rec = np.concatenate([hs[m * k - 1] if m else np.zeros(hidden), *block])
+        else:
+            rec = h if n == 1 else np.concatenate(block)
         h, c = cell_update(cell, p, xs[t - 1], rec, h, c, p[f"w_hh_{n}"])
         hs.append(h)
     return np.array(hs).reshape(len(xs), hidden)
@@ -45,31 +51,39 @@ def hm_stack(cell, layer_params, xs, depths, multiscale=True, dense=True):
     updates and the final ``h`` of every layer.
 
     Layer ``l`` updates at step ``t`` iff ``l = 1``, ``t ≡ 0 (mod k^(l-1))`` or ``t = T`` (the
-    sequence's last token; always without ``multiscale``); ``x~_t`` is the layer's state
-    before the block (first update of the block) or its states at the block's previous
-    updates (copies between updates dropped);
-    the recurrent weight belongs to the update's position in the block (``dense=False``:
-    always ``h_{t-1}`` and one weight).
+    sequence's last token; always without ``multiscale``), and otherwise copies
+    ``h^l_{t-1}`` (eq. 6). At ``t = mk + n`` (``k = k^(l)``), ``x~_t`` is ``h^l_{t-1}`` if
+    ``n = 1``, else ``[h_{mk+1}, ..., h_{mk+n-1}]`` (eq. 5) with each copy of a state in it
+    dropped (the block's first step is kept: it holds the previous block's state). The
+    recurrent weight belongs to the update's rank among the block's updates. A layer that
+    updates every step with ``k = 2`` is a regular RNN (Sec. 4.1: one weight). ``dense=False``:
+    always ``h_{t-1}`` and one weight.
     """
     num_layers = len(depths)
     hidden = layer_params[0]["w_hh_1"].shape[0]
     h = [np.zeros(hidden) for _ in range(num_layers)]
     c = [np.zeros(hidden) for _ in range(num_layers)]
-    block_states = [[] for _ in range(num_layers)]
+    history = [[] for _ in range(num_layers)]  # per step t: (h_t, whether t was an update)
     updates = [[] for _ in range(num_layers)]
     for t in range(1, len(xs) + 1):
         below = xs[t - 1]
         for li in range(num_layers):
             k = depths[li]
-            if (t - 1) % k == 0:
-                block_states[li] = []  # a new block of layer li starts at step t
-            if li and multiscale and t % depths[li - 1] and t != len(xs):
-                continue  # eq. 6, otherwise-branch: copy h^l_{t-1}
-            prev = block_states[li] if dense else []
-            rec = h[li] if not prev else np.concatenate(prev)
-            w2 = layer_params[li][f"w_hh_{len(prev) + 1}"]
+            m, n = divmod(t - 1, k)
+            n += 1
+            every_step = li == 0 or not multiscale
+            if not every_step and t % depths[li - 1] and t != len(xs):
+                history[li].append((h[li], False))  # eq. 6, otherwise-branch: copy
+                continue
+            block = [(s, history[li][s - 1]) for s in range(m * k + 1, t)]
+            kept = [hs for s, (hs, updated) in block if updated or s == m * k + 1]
+            rank = sum(updated for _, (_, updated) in block) + 1
+            if not dense or (every_step and k == 2):
+                kept, rank = [], 1
+            rec = h[li] if n == 1 or not kept else np.concatenate(kept)
+            w2 = layer_params[li][f"w_hh_{rank}"]
             h[li], c[li] = cell_update(cell, layer_params[li], below, rec, h[li], c[li], w2)
-            block_states[li].append(h[li])
+            history[li].append((h[li], True))
             updates[li].append((t, h[li]))
             below = h[li]
     return updates, h

@@ -16,22 +16,24 @@ B, T, D, H = 3, 11, 5, 4
 LENGTHS = np.array([11, 7, 1], np.int32)
 
 
-def _init(cell, k, seed=0):
+def _init(cell, k, seed=0, block_start=False):
     x = jax.random.normal(jax.random.key(seed), (B, T, D))
-    layer = DenseRecurrent(cell, H, k)
+    layer = DenseRecurrent(cell, H, k, block_start)
     params = layer.init(jax.random.key(seed + 1), x)["params"]
     return layer, params, x
 
 
 @pytest.mark.parametrize(
-    "cell,k", [("rnn", 4), ("gru", 1), ("gru", 3), ("lstm", 4)])
-def test_dense_block_matches_reference(cell, k):
-    layer, params, x = _init(cell, k)
+    "cell,k,block_start",
+    [("rnn", 4, False), ("gru", 1, False), ("gru", 3, False), ("lstm", 4, False),
+     ("gru", 3, True), ("lstm", 2, True)])
+def test_dense_block_matches_reference(cell, k, block_start):
+    layer, params, x = _init(cell, k, block_start=block_start)
     carry, ys = jax.jit(lambda p, x, n: layer.apply({"params": p}, x, n))(
         params, x, jnp.asarray(LENGTHS))
     p64 = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
     for b, n in enumerate(LENGTHS):
-        want = ref.dense_layer(cell, p64, np.asarray(x[b, :n], np.float64), k)
+        want = ref.dense_layer(cell, p64, np.asarray(x[b, :n], np.float64), k, block_start)
         np.testing.assert_allclose(ys[b, :n], want, atol=2e-5)
         np.testing.assert_array_equal(ys[b, n:], 0.0)
         np.testing.assert_allclose(cells.carry_output(carry)[b], want[-1], atol=2e-5)
@@ -75,18 +77,22 @@ def test_gradients_reach_every_position_weight():
         assert np.all(np.isfinite(g)) and np.abs(g).sum() > 0, name
 
 
-def _autodiff_scan(cell, w_hh, xw, carry, lengths):
+def _autodiff_scan(cell, w_hh, xw, carry, lengths, block_start):
     """``dense_scan`` as JAX differentiates it: the weight gradient accumulated per step."""
-    return dense_block._scan(cell, tuple(w_hh), xw, carry, lengths)[0]
+    return dense_block._scan(cell, block_start, tuple(w_hh), xw, carry, lengths)[0]
 
 
 @pytest.mark.parametrize("dtype,tol", [(jnp.float64, 1e-12), (jnp.float32, 2e-5)])
-@pytest.mark.parametrize("cell,k", [("rnn", 3), ("gru", 4), ("gru", 1), ("lstm", 2)])
+@pytest.mark.parametrize("cell,k,block_start", [
+    ("rnn", 3, False), ("gru", 4, False), ("gru", 1, False), ("lstm", 2, False),
+    ("gru", 2, True), ("lstm", 3, True)])
 @pytest.mark.parametrize("use_lengths", [False, True])
-def test_weight_gradient_by_position_matches_autodiff(x64, dtype, tol, cell, k, use_lengths):
+def test_weight_gradient_by_position_matches_autodiff(x64, dtype, tol, cell, k, block_start,
+                                                      use_lengths):
     keys = jax.random.split(jax.random.key(3), k + 4)
     g = cells.get_cell(cell).gates * H
-    w_hh = [0.5 * jax.random.normal(keys[n], (rec_rows(n + 1) * H, g), dtype) for n in range(k)]
+    w_hh = [0.5 * jax.random.normal(keys[n], (rec_rows(n + 1, block_start) * H, g), dtype)
+            for n in range(k)]
     xw = jax.random.normal(keys[k], (B, T, g), dtype)  # T = 11: not a multiple of k
     h0 = jax.random.normal(keys[k + 1], (B, H), dtype)
     carry = (jax.random.normal(keys[k + 2], (B, H), dtype), h0) if cell == "lstm" else h0
@@ -94,7 +100,7 @@ def test_weight_gradient_by_position_matches_autodiff(x64, dtype, tol, cell, k, 
     lengths = jnp.asarray(LENGTHS) if use_lengths else None
 
     def loss(scan, w, xw, carry):
-        final, ys = scan(cell, w, xw, carry, lengths)
+        final, ys = scan(cell, w, xw, carry, lengths, block_start)
         return jnp.sum(ys * ct) + jnp.sum(cells.carry_output(final) ** 2)
 
     want = jax.grad(functools.partial(loss, _autodiff_scan), argnums=(0, 1, 2))(w_hh, xw, carry)

@@ -39,7 +39,7 @@ def test_strided_stack_matches_literal_reference(cell, depths, multiscale, dense
     for b, n in enumerate(LENGTHS):
         updates, h_final = ref.hm_stack(cell, p64, np.asarray(x[b, :n], np.float64), depths,
                                         multiscale, dense)
-        for i, (stride, _, _) in enumerate(sched):
+        for i, (stride, *_) in enumerate(sched):
             ends = [stride * (j + 1) for j in range(n // stride)]
             assert [t for t, _ in updates[i]] == ends + ([n] if n % stride else [])
             got = outs[i][b, : -(-n // stride)]
@@ -60,9 +60,13 @@ def test_short_sentences_reach_the_top_layer():
 
 
 def test_schedule_doubles_depth_and_strides():
-    assert layer_schedule((2, 4, 8)) == [(1, 1, 2), (2, 2, 2), (4, 2, 2)]
-    assert layer_schedule((2, 4, 8), multiscale=False) == [(1, 1, 2), (1, 1, 4), (1, 1, 8)]
-    assert layer_schedule((2, 4, 8), dense=False) == [(1, 1, 1), (2, 2, 1), (4, 2, 1)]
+    # (stride, subsample, own depth, block start); a first layer of depth 2 is a plain RNN
+    assert layer_schedule((2, 4, 8)) == [(1, 1, 1, False), (2, 2, 2, True), (4, 2, 2, True)]
+    assert layer_schedule((2, 4, 8), multiscale=False) == [
+        (1, 1, 1, False), (1, 1, 4, False), (1, 1, 8, False)]
+    assert layer_schedule((2, 4, 8), dense=False) == [
+        (1, 1, 1, False), (2, 2, 1, False), (4, 2, 1, False)]
+    assert layer_schedule((3, 6)) == [(1, 1, 3, False), (3, 3, 2, True)]
     with pytest.raises(ValueError, match="divide"):
         layer_schedule((4, 6))
 
@@ -122,8 +126,9 @@ def test_config_architectures():
 
 # Hand counts, d = 300, one bias per gate (ours) and with PyTorch's second bias (paper).
 # stacked: g(dH + H^2 + H) + (L-1) g(2H^2 + H); HORNN: 3dH + 4H^2 + 3H (+ 7H^2 + 3H per
-# upper layer); dense depth k: g(dH + s(k)H^2 + H), s(2)=2, s(4)=7, s(8)=29; HM (2,4,8):
-# g(dH + 2H^2 + H) + 2 g(H^2 + 2H^2 + H).
+# upper layer); dense depth k: g(dH + s(k)H^2 + H), s(4)=7, s(8)=29; HM (2,4,8): a plain
+# first layer g(dH + H^2 + H), and two strided layers g(H^2 + (1 + 2)H^2 + H) (eq. 5: the
+# updates read [carried state] and [carried state; first update]), 9 H^2 blocks a gate.
 HAND_COUNTS = {  # name: (ours, paper)
     "rnn_64": (23360, 23424), "rnn_128": (54912, 55040),
     "gru_64": (70080, 70272), "gru_128": (164736, 165120),
@@ -136,11 +141,11 @@ HAND_COUNTS = {  # name: (ours, paper)
     "densernn_64": (47936, 48000), "densernn_128": (153216, 153344),
     "densegru_64": (143808, 144000), "densegru_128": (459648, 460032),
     "denselstm_64": (191744, 192000), "denselstm_128": (612864, 613376),
-    "hm_densernn_64": (52160, 52352), "hm_densernn_128": (169856, 170240),
-    "hm_densegru_64": (156480, 157056), "hm_densegru_128": (509568, 510720),
-    "hm_denselstm_64": (208640, 209408), "hm_denselstm_128": (679424, 680960),
+    "hm_densernn_64": (56256, 56448), "hm_densernn_128": (186240, 186624),
+    "hm_densegru_64": (168768, 169344), "hm_densegru_128": (558720, 559872),
+    "hm_denselstm_64": (225024, 225792), "hm_denselstm_128": (744960, 746496),
     "hm_densegru_64_no_hierarchy": (143808, 144000),
-    "hm_densegru_64_no_multiscale": (549696, 550272),  # s = 2, 7 + 1, 29 + 1 per gate
+    "hm_densegru_64_no_multiscale": (537408, 537984),  # s = 1, 7 + 1, 29 + 1 per gate
     "hm_densegru_64_no_dense_block": (119616, 120192),  # = stacked GRU 64
 }
 
