@@ -4,10 +4,13 @@ own), round-robin over repeats, and prints a Markdown table (and writes ``result
 ``table.md`` under ``--out``).
 
 Per implementation: median step time over the repeats and its spread ((max - min) /
-median), items/s, ours' speed as a multiple of it, achieved GFLOP/s and its fraction of the
-fastest roofline GEMM of the same run, compile time (first call), and peak RSS growth
-(measured in a fresh subprocess per implementation: build + 3 steps). A second table sets
-ours' ratios and GEMM fraction against issue #5's targets.
+median), items/s, ours' speed as a multiple of it (the median over repeats of the paired
+ratio of the two step times of the same repeat, with its range), achieved GFLOP/s and its
+fraction of the fastest roofline GEMM of the same run, JAX's compile time (tracing, lowering
+and XLA compilation of every function the build and first step jit), the build and first
+step's wall time, and peak RSS growth (measured in a fresh subprocess per implementation:
+build + 3 steps). A second table sets ours' ratios and GEMM fraction against issue #5's
+targets.
 """
 
 from __future__ import annotations
@@ -52,8 +55,22 @@ def _status_mb(field: str) -> float:
     return int(line.split()[1]) / 1024
 
 
+def _commit() -> str:
+    """The repository's commit, ``+dirty`` with uncommitted changes; ``unknown`` outside git."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, check=True,
+                              cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+
+    try:
+        return git("rev-parse", "--short", "HEAD") + ("+dirty" if git("status", "--porcelain",
+                                                                       "--untracked-files=no")
+                                                      else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
 def environment() -> dict:
-    """Machine, versions and the process environment that affects speed."""
+    """Machine, versions, the commit and the process environment that affects speed."""
     import flax
     import jax
     import optax
@@ -69,7 +86,7 @@ def environment() -> dict:
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
                 if line.startswith("model name")), platform.processor())
     return {
-        "cpu": cpu, "cores": os.cpu_count(), "load_avg": os.getloadavg(),
+        "commit": _commit(), "cpu": cpu, "cores": os.cpu_count(), "load_avg": os.getloadavg(),
         "python": platform.python_version(), "jax": jax.__version__, "flax": flax.__version__,
         "optax": optax.__version__, **torch_info, "jax_device": str(jax.devices()[0]),
         "env": {k: os.environ.get(k, "")
@@ -78,19 +95,42 @@ def environment() -> dict:
     }
 
 
+_COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
+                   "/jax/core/compile/jaxpr_to_mlir_module_duration",
+                   "/jax/core/compile/backend_compile_duration")
+_compile_seconds = [0.0]  # JAX's compile time so far in this process (``_count_compiles``)
+
+
+def _count_compiles() -> None:
+    """Sums JAX's tracing, lowering and compile durations into ``_compile_seconds`` (once)."""
+    import jax
+
+    if len(_compile_seconds) == 1:
+        _compile_seconds.append(0.0)  # marks the listener as registered
+
+        def listener(event: str, seconds: float, **_: object) -> None:
+            if event in _COMPILE_EVENTS:
+                _compile_seconds[0] += seconds
+
+        jax.monitoring.register_event_duration_secs_listener(listener)
+
+
 def build_steps(w, min_time: float) -> tuple[dict[str, Callable], dict[str, dict]]:
-    """Builds (and compiles) every implementation of ``w``; per implementation, its compile
-    time and how many steps make one timed set of about ``min_time`` seconds."""
+    """Builds (and compiles) every implementation of ``w``; per implementation, JAX's compile
+    time (None for PyTorch's), the build and first step's wall time, and how many steps make
+    one timed set of about ``min_time`` seconds."""
+    _count_compiles()
     steps, out = {}, {}
     for name, build in w.impls.items():
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), _compile_seconds[0]
         steps[name] = build()
         steps[name]()
-        compile_s = time.perf_counter() - t0
+        setup_s = time.perf_counter() - t0
+        compile_s = None if "torch" in name else _compile_seconds[0] - c0
         t0 = time.perf_counter()
         steps[name]()
         iters = max(1, round(min_time / max(time.perf_counter() - t0, 1e-6)))
-        out[name] = {"compile_s": compile_s, "iters": iters, "times": []}
+        out[name] = {"compile_s": compile_s, "setup_s": setup_s, "iters": iters, "times": []}
     return steps, out
 
 
@@ -125,8 +165,7 @@ def serve(workload: str, impl: str, min_time: float) -> None:
 
     w = WORKLOADS[workload]()
     steps, out = build_steps(dataclasses.replace(w, impls={impl: w.impls[impl]}), min_time)
-    print(json.dumps({"compile_s": out[impl]["compile_s"], "iters": out[impl]["iters"]}),
-          flush=True)
+    print(json.dumps({k: out[impl][k] for k in ("compile_s", "setup_s", "iters")}), flush=True)
     for _ in sys.stdin:
         print(time_steps(steps[impl], out[impl]["iters"]), flush=True)
 
@@ -176,6 +215,8 @@ def time_isolated(workload: str, names: list[str], repeats: int,
 
 
 def summarise(w, timings: dict[str, dict]) -> list[dict]:
+    """One row per implementation; ``ours_x`` is the median over repeats of the paired ratio
+    (its step time over ours' in the same repeat), ``ours_x_range`` its (min, max)."""
     from benchmarks.workloads import GEMM, OURS
 
     rows = []
@@ -185,12 +226,16 @@ def summarise(w, timings: dict[str, dict]) -> list[dict]:
         rows.append({"impl": name, "step_ms": 1e3 * med,
                      "spread": (max(t["times"]) - min(t["times"])) / med,
                      "rate": None if name.startswith(GEMM) else w.items / med,
-                     "gflops": work / med / 1e9, "compile_s": t["compile_s"]})
+                     "gflops": work / med / 1e9, "compile_s": t["compile_s"],
+                     "setup_s": t["setup_s"]})
     roof = max(r["gflops"] for r in rows if r["impl"].startswith(GEMM))
-    ours = next(r for r in rows if r["impl"] == OURS)
     for r in rows:
         r["gemm_frac"] = r["gflops"] / roof
-        r["ours_x"] = None if r["rate"] is None else ours["rate"] / r["rate"]
+        r["ours_x"] = r["ours_x_range"] = None
+        if r["rate"] is not None:
+            paired = [a / b for a, b in zip(timings[r["impl"]]["times"], timings[OURS]["times"],
+                                            strict=True)]
+            r["ours_x"], r["ours_x_range"] = statistics.median(paired), (min(paired), max(paired))
     return rows
 
 
@@ -223,16 +268,19 @@ def _fmt(v: float | None, spec: str) -> str:
 
 
 def markdown(results: list[dict]) -> str:
-    lines = ["| workload | implementation | step ms | spread | items/s | ours × | GFLOP/s "
-             "| % GEMM | compile s | peak RSS MB |", "|" + " --- |" * 10]
+    lines = ["| workload | implementation | step ms | spread | items/s | ours × (range) "
+             "| GFLOP/s | % GEMM | compile s | build + 1st step s | peak RSS MB |",
+             "|" + " --- |" * 11]
     for res in results:
         for r in res["rows"]:
             rate = "—" if r["rate"] is None else f"{r['rate']:,.0f} {res['unit']}"
+            ours_x = "—" if r["ours_x"] is None else (
+                f"{r['ours_x']:.2f} ({r['ours_x_range'][0]:.2f}-{r['ours_x_range'][1]:.2f})")
             lines.append(
                 f"| {res['workload']} | {r['impl']} | {r['step_ms']:.2f} | "
-                f"{100 * r['spread']:.0f}% | {rate} | "
-                f"{_fmt(r['ours_x'], '.2f')} | {r['gflops']:.1f} | {100 * r['gemm_frac']:.0f}% | "
-                f"{r['compile_s']:.1f} | {_fmt(r.get('rss_mb'), '.0f')} |")
+                f"{100 * r['spread']:.0f}% | {rate} | {ours_x} | {r['gflops']:.1f} | "
+                f"{100 * r['gemm_frac']:.0f}% | {_fmt(r['compile_s'], '.1f')} | "
+                f"{r['setup_s']:.1f} | {_fmt(r.get('rss_mb'), '.0f')} |")
     return "\n".join(lines)
 
 

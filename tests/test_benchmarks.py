@@ -6,6 +6,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
@@ -37,7 +38,23 @@ def test_isolated_times_each_implementation_in_its_own_process(capsys):
     impls = {r["impl"]: r for r in res["rows"]}
     assert {"ours", "flax nn.RNN", "gemm xla"} <= set(impls)
     assert impls["ours"]["ours_x"] == 1.0 and impls["flax nn.RNN"]["rate"] > 0
-    assert all(r["compile_s"] > 0 for r in impls.values())
+    for name, r in impls.items():  # JAX's compile time; PyTorch compiles nothing
+        assert r["compile_s"] is None if "torch" in name else 0 < r["compile_s"] <= r["setup_s"]
+
+
+def test_ours_x_is_the_median_paired_ratio_with_its_range():
+    w = SimpleNamespace(flops=1e9, gemm_flops=1e9, items=100)
+    timings = {  # a drift that slows both alike cancels in the paired ratios
+        "ours": {"times": [1.0, 2.0, 1.0], "compile_s": 1.0, "setup_s": 2.0},
+        "flax nn.RNN": {"times": [1.2, 2.6, 1.1], "compile_s": 1.0, "setup_s": 2.0},
+        "gemm xla": {"times": [0.5, 0.5, 0.5], "compile_s": 0.1, "setup_s": 0.2},
+    }
+    rows = {r["impl"]: r for r in run.summarise(w, timings)}
+    assert rows["flax nn.RNN"]["ours_x"] == pytest.approx(1.2)  # paired: 1.2, 1.3, 1.1
+    assert rows["flax nn.RNN"]["ours_x_range"] == pytest.approx((1.1, 1.3))
+    assert rows["ours"]["ours_x"] == 1.0 and rows["gemm xla"]["ours_x"] is None
+    assert "| 1.20 (1.10-1.30) |" in run.markdown([{"workload": "w", "unit": "tok/s",
+                                                    "rows": list(rows.values())}])
 
 
 @pytest.mark.skipif(not run._OMP_POLICY_SET_HERE, reason="OMP_WAIT_POLICY set by the user")
@@ -205,3 +222,64 @@ def test_cudnn_peer_computes_our_language_model(connectivity):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
         for g, w in zip(jax.tree.leaves(got_carries), jax.tree.leaves(want_carries), strict=True):
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def _flax_layout(ours: dict, c: ptb.LMConfig) -> dict:
+    """Our LM's parameters in ``FlaxLSTMLM``'s layout (``nn.OptimizedLSTMCell``: one kernel
+    per gate and input, the bias on the recurrent kernels)."""
+    params = {"Embed_0": ours["embed"], "Dense_0": ours["softmax"]}
+    for i in range(c.num_layers):
+        p = ours["rnn"][f"layer_{i}"]
+        w_ih, w_hh, b = (jnp.split(p[k], 4, -1) for k in ("w_ih", "w_hh", "b"))
+        cell = {}
+        for gate, a, u, bias in zip("ifgo", w_ih, w_hh, b, strict=True):
+            cell[f"i{gate}"] = {"kernel": a}
+            cell[f"h{gate}"] = {"kernel": u, "bias": bias}
+        params[f"OptimizedLSTMCell_{i}"] = cell
+    return params
+
+
+@pytest.mark.parametrize("connectivity", ["stacked", "dense"])
+def test_flax_and_pytorch_peers_compute_our_language_model(connectivity):
+    """The CPU peers, given our weights, compute our LM: per-token NLL over two windows (the
+    carries thread through)."""
+    torch = pytest.importorskip("torch")
+    c = dataclasses.replace(ptb.CONFIGS["tiny"], connectivity=connectivity, num_layers=3,
+                            vocab_size=50)
+    model = lm.make_model(c)
+    tokens, _ = _batch(50, 4, 6)
+    ours = model.init(jax.random.key(0), tokens, model.zero_carries(4))["params"]
+    flax_peer = peers.FlaxLSTMLM(c.vocab_size, c.embed_size, c.hidden_size, c.num_layers,
+                                 connectivity, c.dropout_rate, c.init_scale)
+    flax_params = _flax_layout(ours, c)
+    assert jax.tree.structure(flax_params) == jax.tree.structure(
+        flax_peer.init(jax.random.key(1), tokens, model.zero_carries(4))["params"])
+    torch_peer = peers.torch_lm(c.vocab_size, c.embed_size, c.hidden_size, c.num_layers,
+                                connectivity, c.dropout_rate).eval()
+    with torch.no_grad():
+        t = dict(torch_peer.named_parameters())
+        t["embed.weight"].copy_(torch.tensor(np.asarray(ours["embed"]["embedding"])))
+        t["softmax.weight"].copy_(torch.tensor(np.asarray(ours["softmax"]["kernel"]).T))
+        t["softmax.bias"].copy_(torch.tensor(np.asarray(ours["softmax"]["bias"])))
+        for i in range(c.num_layers):
+            p = ours["rnn"][f"layer_{i}"]
+            name = f"lstms.{i}.%s_l0" if connectivity == "dense" else f"lstms.0.%s_l{i}"
+            t[name % "weight_ih"].copy_(torch.tensor(np.asarray(p["w_ih"]).T))
+            t[name % "weight_hh"].copy_(torch.tensor(np.asarray(p["w_hh"]).T))
+            t[name % "bias_ih"].copy_(torch.tensor(np.asarray(p["b"])))
+            t[name % "bias_hh"].zero_()
+    carries = {"ours": model.zero_carries(4), "flax": model.zero_carries(4)}
+    zeros = torch.zeros(1, 4, c.hidden_size)
+    torch_carries = ([(zeros, zeros)] * c.num_layers if connectivity == "dense"
+                     else [(zeros.repeat(c.num_layers, 1, 1),) * 2])
+    for _ in range(2):
+        want, carries["ours"] = model.apply({"params": ours}, tokens, carries["ours"], tokens)
+        got, carries["flax"] = flax_peer.apply({"params": flax_params}, tokens, carries["flax"],
+                                               tokens)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        with torch.no_grad():
+            logits, torch_carries = torch_peer(torch.tensor(np.asarray(tokens)).long(),
+                                               torch_carries)
+            nll = -torch.log_softmax(logits, -1).gather(
+                -1, torch.tensor(np.asarray(tokens)).long()[..., None])[..., 0]
+        np.testing.assert_allclose(nll.numpy(), want, rtol=1e-5, atol=1e-5)
