@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -48,10 +49,22 @@ def stop_on_signals() -> Iterator[Callable[[], bool]]:
             signal.signal(s, handler)
 
 
+def _exit_at_once(signum: int, frame: object) -> None:
+    """Ctrl-C outside a training loop: one line and exit status 130, at once. Raising
+    ``KeyboardInterrupt`` instead can be lost (JAX's garbage-collection callback swallows
+    it) or end in a traceback (during an import); nothing here needs cleaning up, as
+    checkpoints are written atomically."""
+    sys.stderr.write(f"interrupted; {RESUME_HINT} from its last checkpoint\n")
+    sys.stderr.flush()
+    os._exit(130)
+
+
 def run_binary(run: Callable[[], None]) -> None:
     """Runs ``run`` as an absl program: fast malloc, the persistent compilation cache,
     parsed flags, bad input reported as one ``error: ...`` line on stderr with exit
-    status 2, and an interrupted run as one line saying how to resume, exit status 130."""
+    status 2, and an interrupted run as one line saying how to resume, exit status 130
+    (``stop_on_signals`` makes a training loop checkpoint first)."""
+    signal.signal(signal.SIGINT, _exit_at_once)
     reexec_with_fast_malloc()
     enable_compilation_cache()
 

@@ -1,4 +1,5 @@
-"""Atomic file writes: a killed process leaves the old file or the new one, never half."""
+"""File helpers: atomic writes (a killed process leaves the old file or the new one, never
+half), and what is wrong with a path."""
 
 from __future__ import annotations
 
@@ -13,3 +14,11 @@ def atomic_write(path: str, text: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def not_a(path: str, directory: bool = False) -> str:
+    """Why ``path`` is not the file (``directory``: the directory) a flag names: "does not
+    exist", "is a directory, not a file" or "is a file, not a directory"."""
+    if not os.path.exists(path):
+        return "does not exist"
+    return "is a file, not a directory" if directory else "is a directory, not a file"

@@ -7,7 +7,8 @@ CV fold), ``--parallel`` at a time, each in its own workdir under ``--root``::
     python -m experiments.reproduce_classify --suite=dc_table1 --root=workdirs/cls --report_only
 
 A rerun skips the runs finished under the same command and resumes the others (so
-``--extra=--max_epochs=N`` extends finished runs). Runs are named
+``--extra=--max_epochs=N`` extends finished runs, and the same command resumes the runs that
+Ctrl-C or SIGTERM stopped, each with a checkpoint). Runs are named
 ``CONFIG_DATASET_sSEED`` (``_fFOLD`` for MR/Subj, one CV fold per run; ``_sweep`` for a
 learning-rate sweep). Zhao et al. choose the learning rate on validation: seed 0 runs the
 sweep over ``LR_SWEEP`` and the other seeds train at the rate it chose. Each run's

@@ -4,7 +4,8 @@ Runs ``experiments.ptb_lm`` for each config (``--parallel`` at a time, each in i
 workdir under ``--root``; a rerun skips the runs finished under the same command and
 resumes the others, so ``--extra=--max_epochs=N`` extends finished runs), then
 writes the results table, ours beside the paper's, to ``ROOT/table1.md``; ``--report_only``
-prints the table of the runs already under ``--root``::
+prints the table of the runs already under ``--root``. Ctrl-C (or SIGTERM) stops the runs
+going, each with a checkpoint, and waits for them; the same command resumes them::
 
     python -m experiments.reproduce_ptb --root=workdirs/table1             # every row
     python -m experiments.reproduce_ptb --root=workdirs/table1 --report_only

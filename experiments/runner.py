@@ -1,7 +1,8 @@
 """What the reproduction drivers share: runs of a single-run binary, each in its own workdir
 ``ROOT/NAME``, started ``parallel`` at a time. A run has finished once it holds
 ``summary.json``; a driver rerun with other flags for it (``--extra=--max_epochs=60`` after a
-shorter budget) launches it again, and the binary resumes it from its checkpoint."""
+shorter budget) launches it again, and the binary resumes it from its checkpoint. A driver
+interrupted (Ctrl-C, SIGTERM) stops its runs, each with a checkpoint, and waits for them."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import NoReturn
 
 from dense_rnn.errors import UserError
 
@@ -68,7 +71,8 @@ def launch(module: str, args: Sequence[str], workdir: str) -> subprocess.Popen |
     ``WORKDIR/command.txt`` and its output appended to ``WORKDIR/train.log``; or returns None
     when the run has finished under this very command. A summary written under another
     command is kept as ``summary.previous.json`` (its command as ``command.previous.txt``)
-    until the new run writes its own; ``run_all`` puts both back if the new run fails."""
+    until the new run writes its own; ``run_all`` puts both back if the new run fails or is
+    stopped."""
     os.makedirs(workdir, exist_ok=True)
     cmd = [sys.executable, "-m", module, *args, f"--workdir={workdir}"]
     line = command_line(cmd) + "\n"
@@ -92,43 +96,115 @@ def run_all(root: str, names: Sequence[str],
     """Runs ``start(name)`` (``launch``: None for a run already finished) for every run,
     ``parallel`` at a time; a run named in ``after`` waits until that run has finished, and
     is skipped if it failed (also when it kept an earlier command's results). Returns the runs
-    that failed or were skipped, each with why."""
+    that failed or were skipped, each with why. SIGINT or SIGTERM stops the runs going and
+    raises ``KeyboardInterrupt`` once they have exited (``_stop``)."""
     after = after or {}
     os.makedirs(root, exist_ok=True)
     pending = list(names)
-    running: dict[str, subprocess.Popen] = {}
+    running: dict[str, tuple[subprocess.Popen, int]] = {}  # name -> (process, its log's start)
     failed: dict[str, str] = {}  # name -> why
-    while pending or running:
-        for name in list(pending):
-            if len(running) >= parallel:
-                break
-            first = after.get(name)
-            if first and (first in failed or summary(root, first) is None):
-                if first not in running and first not in pending:
-                    _log(f"skipped {name}: {first} failed")
-                    failed[name] = f"skipped: {first} failed"
-                    pending.remove(name)
-                continue
-            pending.remove(name)
-            proc = start(name)
-            if proc is None:
-                _log(f"{name} has finished (its summary.json is of this command)")
-            else:
-                running[name] = proc
-                _log(f"started {name}")
-        time.sleep(2)
-        for name, proc in list(running.items()):
+    with _signals_received() as received:
+        while (pending or running) and not received:
+            for name in list(pending):
+                if len(running) >= parallel or received:
+                    break
+                first = after.get(name)
+                if first and (first in failed or summary(root, first) is None):
+                    if first not in running and first not in pending:
+                        _log(f"skipped {name}: {first} failed")
+                        failed[name] = f"skipped: {first} failed"
+                        pending.remove(name)
+                    continue
+                pending.remove(name)
+                log_from = _size(os.path.join(root, name, "train.log"))
+                proc = start(name)
+                if proc is None:
+                    _log(f"{name} has finished (its summary.json is of this command)")
+                else:
+                    running[name] = proc, log_from
+                    _log(f"started {name}")
+            for _ in range(20):  # 2 s, cut short by a signal
+                if received:
+                    break
+                time.sleep(0.1)
+            for name, (proc, log_from) in list(running.items()):
+                if proc.poll() is not None:
+                    del running[name]
+                    why = _ended(root, name, proc.returncode, log_from, "failed")
+                    if why:
+                        failed[name] = why
+        if received:
+            _stop(root, running, received)
+    return [f"{name} ({why})" for name, why in failed.items()]
+
+
+@contextlib.contextmanager
+def _signals_received() -> Iterator[list[int]]:
+    """Records SIGINT and SIGTERM in the list it yields instead of acting on them, so that
+    ``run_all`` stops its runs between two of its steps (a run it has started is one it
+    stops)."""
+    received: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: received.append(signum))
+                for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield received
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _stop(root: str, running: dict[str, tuple[subprocess.Popen, int]],
+          received: list[int]) -> NoReturn:
+    """Passes SIGTERM on to the runs going, which the binaries take as a first Ctrl-C (they
+    stop with a checkpoint), waits for them and raises ``KeyboardInterrupt``. A signal
+    received while waiting passes SIGINT on: to a binary asked to stop, a second Ctrl-C, which
+    stops it at once. (Not SIGINT first: a Ctrl-C at the terminal has reached the runs too,
+    and another SIGINT would be their second.)"""
+    if running:
+        _log(f"{signal.Signals(received[0]).name}: stopping {', '.join(running)}, each with a "
+             "checkpoint (Ctrl-C again: at once)")
+    passed = 0  # the signals received that have been passed on
+    while running:
+        if passed < len(received):
+            for proc, _ in running.values():
+                proc.send_signal(signal.SIGINT if passed else signal.SIGTERM)
+            passed = len(received)
+        time.sleep(0.1)
+        for name, (proc, log_from) in list(running.items()):
             if proc.poll() is not None:
                 del running[name]
-                if proc.returncode == 0:
-                    _log(f"finished {name}")
-                    continue
-                failed[name] = f"exit {proc.returncode}"
-                kept = _restore_previous(os.path.join(root, name))
-                _log(f"failed {name} (exit {proc.returncode}; its log: "
-                     f"{os.path.join(root, name, 'train.log')})"
-                     + ("; its previous results are kept" if kept else ""))
-    return [f"{name} ({why})" for name, why in failed.items()]
+                _ended(root, name, proc.returncode, log_from, "stopped")
+    raise KeyboardInterrupt
+
+
+def _ended(root: str, name: str, returncode: int, log_from: int, verb: str) -> str | None:
+    """Logs that run ``name`` has exited: finished, or ``verb`` (failed, stopped) with the
+    last line it wrote to its log (a binary's one-line error) and its previous results put
+    back (``_restore_previous``). Returns why it did not finish, or None if it did."""
+    if returncode == 0:
+        _log(f"finished {name}")
+        return None
+    log = os.path.join(root, name, "train.log")
+    said = _last_line(log, log_from)
+    kept = _restore_previous(os.path.join(root, name))
+    _log(f"{verb} {name} (exit {returncode}{f': {said}' if said else ''}; its log: {log})"
+         + ("; its previous results are kept" if kept else ""))
+    return f"exit {returncode}"
+
+
+def _size(path: str) -> int:
+    return os.path.getsize(path) if os.path.exists(path) else 0
+
+
+def _last_line(path: str, start: int) -> str:
+    """The last non-empty line of ``path`` after byte ``start`` (in its last 4 KiB), or ""."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(start, f.seek(0, os.SEEK_END) - 4096))
+            text = f.read().decode(errors="replace")
+    except FileNotFoundError:
+        return ""
+    return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
 
 
 def _restore_previous(workdir: str) -> bool:

@@ -3,11 +3,14 @@ stop that the training loops answer with a checkpoint."""
 
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 
 from dense_rnn import cli
 from dense_rnn.errors import Interrupted, UserError
+from tests.conftest import REPO
 
 
 def test_a_signal_asks_to_stop_and_a_second_ctrl_c_interrupts_at_once(capsys):
@@ -36,3 +39,20 @@ def test_errors_and_interrupts_end_in_one_line(capsys, error, status, line):
         cli._one_line_errors(fail)
     assert e.value.code == status
     assert capsys.readouterr().err == line + "\n"
+
+
+def test_ctrl_c_before_training_exits_at_once_in_one_line():
+    """Outside a training loop Ctrl-C ends the binary at once: no traceback, and not lost in
+    a callback that swallows ``KeyboardInterrupt`` (JAX's garbage-collection one)."""
+    code = ("import time; from dense_rnn import cli\n"
+            "def run():\n"
+            "    print('ready', flush=True)\n"
+            "    time.sleep(60)\n"
+            "cli.run_binary(run)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "ready\n"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert err == f"interrupted; {cli.RESUME_HINT} from its last checkpoint\n"

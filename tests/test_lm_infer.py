@@ -83,8 +83,10 @@ def test_score_file_maps_unknown_words(trained, tmp_path):
         ["w1", ptb.UNK, "w2"], trained.word_to_id)[0]])
     np.testing.assert_allclose(scores.log_probs[1], unk[0], rtol=1e-6)
     assert scores.perplexity == pytest.approx(math.exp(-scores.log_probs.sum() / 8))
-    with pytest.raises(UserError, match="no text file"):
+    with pytest.raises(UserError, match="missing.txt does not exist; pass --text_file"):
         lm_infer.score_file(trained, str(tmp_path / "missing.txt"))
+    with pytest.raises(UserError, match="is a directory, not a file; pass --text_file"):
+        lm_infer.score_file(trained, str(tmp_path))
     (tmp_path / "bom.txt").write_bytes("\ufeffw1 w2 w3\n".encode())  # as Notepad saves
     bom = lm_infer.score_file(trained, str(tmp_path / "bom.txt"))
     assert bom.num_unknown == 0 and bom.log_probs[0] == pytest.approx(scores.log_probs[0])
@@ -117,7 +119,7 @@ def test_binary_sample_score_and_bad_inputs(workdir, tmp_path):
     one_line_error(run_binary("--mode=sample", f"--workdir={tmp_path / 'none'}"),
                    "no training run")
     one_line_error(run_binary("--mode=score", f"--workdir={workdir}",
-                              f"--text_file={tmp_path / 'missing.txt'}"), "no text file")
+                              f"--text_file={tmp_path / 'missing.txt'}"), "does not exist")
 
 
 def test_workdirs_of_the_other_binary_are_refused(workdir, tmp_path):

@@ -23,7 +23,8 @@ def test_lm_resumes_from_the_last_good_checkpoint():
     e = not_finite_error(float("inf"), "at step 9", "w", 4, lm.RESUMABLE_FIELDS)
     assert re.fullmatch(r"training loss is inf at step 9; resume from the last good checkpoint "
                         r"\(w/checkpoints/4; any later one is removed\): lower --learning_rate "
-                        r".* --max_grad_norm", str(e)), str(e)
+                        r".* --max_grad_norm, or start over in a new --workdir if it diverges "
+                        r"again", str(e)), str(e)
 
 
 def test_classifier_cannot_resume_with_another_learning_rate():

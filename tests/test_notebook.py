@@ -24,6 +24,7 @@ def test_quickstart_notebook_runs(data_dir, tmp_path, monkeypatch):
                       for o in c.get("outputs", []))
     assert "test perplexity" in outputs and "perplexity" in outputs
     assert "test_accuracy" in outputs
+    assert "warning: sst2" not in outputs and "warning: PTB" not in outputs  # excerpts
     for run in ["lm", "dc_bilstm"]:  # TensorBoard event files from both trainers
         assert os.listdir(tmp_path / "quickstart_work" / run / "tensorboard")
 

@@ -56,7 +56,20 @@ def test_bad_files(tmp_path, contents, message):
 def test_missing(tmp_path):
     with pytest.raises(UserError, match="does not exist"):
         ptb.load_ptb(str(tmp_path / "nope"))
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UserError, match="'.*file' is a file, not a directory; pass --data_dir"):
+        ptb.load_ptb(str(tmp_path / "file"))
     d = write_ptb(tmp_path)
     (tmp_path / "ptb.test.txt").unlink()
     with pytest.raises(UserError, match="missing PTB file"):
         ptb.load_ptb(d)
+
+
+def test_split_sizes_other_than_mikolovs_warn(tmp_path):
+    corpus = ptb.load_ptb(write_ptb(tmp_path))
+    assert ptb.size_warning(corpus) == (
+        f"warning: PTB tokens: train {len(corpus.train):,} (Mikolov's: 929,589), valid "
+        f"{len(corpus.valid):,} (Mikolov's: 73,760), test {len(corpus.test):,} (Mikolov's: "
+        "82,430); is a file cut short, or is this another corpus?")
+    full = ptb.Corpus(corpus.vocab, *(np.zeros(n, np.int32) for n in ptb.SIZES.values()))
+    assert ptb.size_warning(full) is None

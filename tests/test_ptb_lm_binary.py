@@ -14,6 +14,7 @@ import pytest
 
 from dense_rnn import cli
 from dense_rnn.configs.ptb import CONFIGS
+from dense_rnn.errors import UserError
 from dense_rnn.train import lm
 from tests.conftest import REPO
 
@@ -285,6 +286,18 @@ def test_other_config_and_nan_keep_the_checkpoint(corpus_dir, tmp_path):
     step_after, after = latest_params(workdir)
     assert step_after == step
     assert_bitwise_equal(before, after)
+
+
+def test_an_infinite_validation_perplexity_stops_the_run(corpus_dir, tmp_path, monkeypatch):
+    """A loss finite but too large for exp() (walked off to 1e11) is a diverged run too:
+    no summary with an infinite perplexity, no best checkpoint of it."""
+    monkeypatch.setattr(lm, "evaluate", lambda *args: float("inf"))
+    with pytest.raises(UserError, match=r"^validation perplexity is inf after step 3; no "
+                       r"checkpoint from before it is left"):
+        lm.train_and_evaluate(tiny(max_steps=3), corpus_dir, str(tmp_path / "w"),
+                              log=lambda s: None)
+    assert not os.path.exists(tmp_path / "w" / "summary.json")
+    assert not os.listdir(tmp_path / "w" / "best")
 
 
 def test_a_loss_diverged_before_any_good_checkpoint_leaves_none(corpus_dir, tmp_path):

@@ -1,10 +1,13 @@
 """The classification reproduction driver: its suites, run names, report and paper targets."""
 
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from absl import flags
@@ -281,11 +284,13 @@ def test_a_finished_run_is_launched_again_only_under_another_command(tmp_path, m
 
 @pytest.fixture
 def finished_run_whose_relaunch_fails(tmp_path, monkeypatch):
-    """A workdir holding a finished run's summary; every launched binary exits 2."""
+    """A workdir holding a finished run's summary; every launched binary exits 2 with a
+    one-line error."""
     monkeypatch.setattr(runner.time, "sleep", lambda s: None)
     popen = subprocess.Popen
     monkeypatch.setattr(runner.subprocess, "Popen", lambda cmd, **kw: popen(
-        [sys.executable, "-c", "raise SystemExit(2)"], **kw))
+        [sys.executable, "-c", "import sys; sys.exit(print('error: --hidden_size=32 does not "
+         "fit', file=sys.stderr) or 2)"], **kw))
     workdir = tmp_path / "tiny"
     workdir.mkdir()
     (workdir / "summary.json").write_text('{"epochs": 5}')
@@ -304,7 +309,8 @@ def test_a_failed_relaunch_keeps_the_previous_results_and_is_reported(
     assert (workdir / "summary.json").read_text() == '{"epochs": 5}'
     assert (workdir / "command.txt").read_text() == "python -m experiments.ptb_lm --config=tiny\n"
     assert not (workdir / "summary.previous.json").exists()
-    assert "its previous results are kept" in capsys.readouterr().out
+    assert (f"failed tiny (exit 2: error: --hidden_size=32 does not fit; its log: "
+            f"{workdir / 'train.log'}); its previous results are kept") in capsys.readouterr().out
     with pytest.raises(UserError, match=r"1 run\(s\) did not finish: tiny \(exit 2\)"):
         runner.check_all_finished(failed, str(tmp_path))
 
@@ -326,3 +332,106 @@ def test_a_failed_relaunch_of_a_run_without_a_recorded_command_is_not_finished_l
     assert runner.run_all(str(tmp_path), ["tiny"], relaunch, 1) == ["tiny (exit 2)"]
     assert sorted(os.listdir(workdir)) == ["summary.json", "train.log"]
     assert relaunch("tiny") is not None
+
+
+def test_a_failed_run_is_reported_with_the_last_line_it_wrote(tmp_path, monkeypatch, capsys):
+    """Only this run's own output is quoted: not a line an earlier run left in its log."""
+    monkeypatch.setattr(runner.time, "sleep", lambda s: None)
+    code = {"loud": "print('step 1'); print('error: out of memory'); print(); exit(1)",
+            "quiet": "exit(3)"}
+    (tmp_path / "quiet").mkdir()
+    (tmp_path / "quiet" / "train.log").write_text("interrupted: stopped at step 9\n")
+
+    def start(name):
+        os.makedirs(tmp_path / name, exist_ok=True)
+        with open(tmp_path / name / "train.log", "a") as log:
+            return subprocess.Popen([sys.executable, "-c", code[name]], stdout=log)
+
+    assert sorted(runner.run_all(str(tmp_path), ["loud", "quiet"], start, 2)) == [
+        "loud (exit 1)", "quiet (exit 3)"]
+    out = capsys.readouterr().out
+    assert f"failed loud (exit 1: error: out of memory; its log: {tmp_path}/loud/train.log)" in out
+    assert f"failed quiet (exit 3; its log: {tmp_path}/quiet/train.log)" in out
+
+
+# A training binary as the drivers see it: SIGTERM or a first Ctrl-C asks it to stop, which it
+# does with a checkpoint (here: after 0.3 s, unless --stuck); a second Ctrl-C stops it at once.
+FAKE_RUN = """
+import os, signal, sys, time
+
+def stop(signum, frame):
+    print("stopping after this step", flush=True)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if "--stuck" not in sys.argv:
+        time.sleep(0.3)
+        print("interrupted: stopped at step 3, checkpoint saved", flush=True)
+        sys.exit(130)
+
+signal.signal(signal.SIGINT, stop)
+signal.signal(signal.SIGTERM, stop)
+print("training", os.getpid(), flush=True)
+time.sleep(60)
+"""
+# A driver: run_all of runs a and b at once, as the reproduce binaries run it.
+DRIVER = """
+import os, sys
+from dense_rnn.cli import run_script
+from experiments import runner
+root = sys.argv[1]
+run_script(lambda: runner.run_all(root, ["a", "b"], lambda name: runner.launch(
+    "fake_run", sys.argv[2:], os.path.join(root, name)), 2))
+"""
+
+
+def interrupted_driver(tmp_path, signals, *args):
+    """Starts DRIVER, sends it each of ``signals`` once both runs train (the next once both
+    have been asked to stop), and returns its exit status, output and error output; checks
+    that no run outlives it."""
+    (tmp_path / "fake_run.py").write_text(FAKE_RUN)
+    root = tmp_path / "root"
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, str(root), *args], cwd=REPO, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), REPO])})
+    logs = [root / name / "train.log" for name in ("a", "b")]
+
+    def wait_for(line):
+        deadline = time.monotonic() + 30
+        while not all(log.exists() and line in log.read_text() for log in logs):
+            assert time.monotonic() < deadline and driver.poll() is None, driver.stderr.read()
+            time.sleep(0.05)
+
+    pids = []
+    try:
+        wait_for("training")
+        pids = [int(log.read_text().split()[1]) for log in logs]
+        for sig in signals:
+            driver.send_signal(sig)
+            wait_for("stopping")
+        out, err = driver.communicate(timeout=30)
+        for pid in pids:  # the driver waited for its runs (one not waited for: a zombie)
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+    finally:
+        for pid in [driver.pid, *pids]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    return driver.returncode, out, err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+def test_an_interrupted_driver_stops_its_runs_and_waits_for_them(tmp_path, sig):
+    returncode, out, err = interrupted_driver(tmp_path, [sig])
+    assert returncode == 130 and err.strip() == "interrupted", err
+    assert f"{sig.name}: stopping a, b, each with a checkpoint" in out
+    for name in ("a", "b"):
+        assert (f"stopped {name} (exit 130: interrupted: stopped at step 3, checkpoint saved; "
+                f"its log: {tmp_path}/root/{name}/train.log)") in out
+
+
+def test_a_second_interrupt_stops_the_runs_at_once(tmp_path):
+    returncode, out, err = interrupted_driver(tmp_path, [signal.SIGINT, signal.SIGINT],
+                                              "--stuck")
+    assert returncode == 130 and err.strip() == "interrupted", err
+    assert "stopped a (exit -2: KeyboardInterrupt; its log:" in out
+    assert "stopped b (exit -2: KeyboardInterrupt; its log:" in out

@@ -1,4 +1,5 @@
-"""The PTB reproduction driver as a binary: bad input, report-only, recorded commands."""
+"""The PTB reproduction driver as a binary: bad input, report-only, recorded commands, a
+failed run."""
 
 import json
 import os
@@ -62,3 +63,12 @@ def test_runs_record_a_runnable_command_line(tmp_path):
     log = (root / "tiny" / "train.log").read_text()
     assert "num_params=" in log and "hidden_size=32" in log and "num_layers=3" in log
     assert "| tiny | |" in (root / "table1.md").read_text()
+
+
+def test_a_failed_run_is_reported_with_its_error(tmp_path):
+    r = reproduce(f"--root={tmp_path}", "--configs=tiny", "--data_dir=/nonexistent")
+    log = tmp_path / "tiny" / "train.log"
+    assert (f"failed tiny (exit 2: error: PTB data dir '/nonexistent' does not exist; pass "
+            f"--data_dir=DIR holding ptb.train.txt, ptb.valid.txt and ptb.test.txt; its log: "
+            f"{log})") in r.stdout
+    one_line_error(r, "1 run(s) did not finish: tiny (exit 2)")

@@ -486,16 +486,69 @@ def test_predict_matches_the_runs_test_accuracy(tmp_path):
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
 
 
-def _tiny_run(data_dir, workdir, max_len: int = 0) -> None:
-    """One epoch of a tiny DC-Bi-LSTM on the TREC files in ``data_dir``, in this process."""
+def _tiny_run(data_dir, workdir, max_len: int = 0, dataset: str = "trec", **kwargs) -> None:
+    """One epoch of a tiny DC-Bi-LSTM on ``dataset``'s files in ``data_dir``, in this
+    process; ``kwargs`` go to ``classify.run`` (``log``: none by default)."""
     from dense_rnn.configs.families import get_config
     from dense_rnn.train import classify
 
     c, family = get_config("dc_bilstm")
     c = dataclasses.replace(c, model_args={**c.model_args, "dl": 1, "dh": 4, "th": 4},
                             embed_size=8, batch_size=8, max_epochs=1)
-    classify.run(c, family, "trec", str(data_dir), str(workdir), None, max_len=max_len,
-                 log=lambda s: None)
+    kwargs.setdefault("log", lambda s: None)
+    classify.run(c, family, dataset, str(data_dir), str(workdir), None, max_len=max_len,
+                 **kwargs)
+
+
+def _synthetic_polarity(root, dataset: str, n: int = 60) -> None:
+    """``n`` random sentences of 4-12 words a class in MR's or Subj's files."""
+    rng = np.random.default_rng(1)
+    words = [f"w{i}" for i in range(30)]
+    files = {"mr": ("rt-polarity.neg", "rt-polarity.pos"),
+             "subj": ("plot.tok.gt9.5000", "quote.tok.gt9.5000")}[dataset]
+    for name in files:
+        lines = [" ".join(rng.choice(words, rng.integers(4, 13))) for _ in range(n)]
+        _write(f"{root}/{dataset}/{name}", "\n".join(lines).encode("latin-1"))
+
+
+def test_single_and_cv_runs_never_share_a_workdir(tmp_path):
+    """A CV run (MR: folds in WORKDIR/fold_K, the summary in WORKDIR) refuses a single
+    run's workdir, and a single run or a CV run of another dataset refuses a CV run's,
+    before writing anything; the same CV run resumes."""
+    _synthetic_trec(tmp_path, n_train=40, n_test=8)
+    for dataset in ("mr", "subj"):
+        _synthetic_polarity(tmp_path, dataset)
+    trec, mr = tmp_path / "trec_w", tmp_path / "mr_w"
+    _tiny_run(tmp_path, trec)
+    summary = (trec / "summary.json").read_text()
+    with pytest.raises(UserError, match=r"^workdir \S*trec_w holds a run of another config "
+                       r"\(dataset: 'trec' -> 'mr'\); use a new --workdir"):
+        _tiny_run(tmp_path, trec, dataset="mr", folds=[0])
+    assert not (trec / "fold_0").exists() and (trec / "summary.json").read_text() == summary
+    _tiny_run(tmp_path, mr, dataset="mr", folds=[0])
+    summary = (mr / "summary.json").read_text()
+    for dataset, folds in (("trec", None), ("subj", [1])):
+        with pytest.raises(UserError, match=r"^workdir \S*mr_w holds a run of another config "
+                           rf"in fold_0/ \(dataset: 'mr' -> '{dataset}'\); use a new --workdir"):
+            _tiny_run(tmp_path, mr, dataset=dataset, folds=folds)
+    assert sorted(os.listdir(mr)) == ["fold_0", "summary.json"]
+    assert (mr / "summary.json").read_text() == summary
+    _tiny_run(tmp_path, mr, dataset="mr", folds=[0])  # finished: reports again
+
+
+def test_size_warnings_unless_the_data_is_an_excerpt(tmp_path):
+    """Local files of other sizes than the standard splits are warned about, unless the
+    caller says they are an excerpt (``check_sizes=False``, as the quickstart notebook)."""
+    _synthetic_trec(tmp_path, n_train=40, n_test=8)
+    for check_sizes in (True, False):  # the second run only reports the finished one
+        lines = []
+        _tiny_run(tmp_path, tmp_path / "w", log=lines.append, check_sizes=check_sizes)
+        warnings = [line for line in lines if line.startswith("warning:")]
+        assert warnings == (["warning: trec train has 40 examples, the standard split 5,452: "
+                             "is a file cut short, or another version of trec?",
+                             "warning: trec test has 8 examples, the standard split 500: is a "
+                             "file cut short, or another version of trec?"] if check_sizes
+                            else [])
 
 
 def test_resume_on_another_vocabulary_refused(tmp_path):

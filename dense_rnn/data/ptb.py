@@ -16,12 +16,14 @@ import os
 import numpy as np
 
 from dense_rnn.errors import UserError
-from dense_rnn.files import atomic_write
+from dense_rnn.files import atomic_write, not_a
 
 SPLITS = ("train", "valid", "test")
 EOS = "<eos>"
 UNK = "<unk>"
 VOCAB_FILE = "vocab.txt"  # the training vocabulary, one word per line in id order
+# Tokens (<eos> included) of Mikolov's splits, as ``encode`` counts them.
+SIZES = {"train": 929_589, "valid": 73_760, "test": 82_430}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,8 +72,9 @@ def _load_lines(data_dir: str | None, hf_dataset: str | None) -> dict[str, list[
         column = "sentence" if "sentence" in ds["train"].column_names else "text"
         return {s: ds[names[s]][column] for s in SPLITS}
     if not data_dir or not os.path.isdir(data_dir):
-        raise UserError(f"PTB data dir {data_dir!r} does not exist; pass --data_dir=DIR holding "
-                        "ptb.train.txt, ptb.valid.txt and ptb.test.txt")
+        raise UserError(f"PTB data dir {data_dir!r} {not_a(data_dir or '', directory=True)}; "
+                        "pass --data_dir=DIR holding ptb.train.txt, ptb.valid.txt and "
+                        "ptb.test.txt")
     files = {s: os.path.join(data_dir, f"ptb.{s}.txt") for s in SPLITS}
     for path in files.values():
         _check_text_file(path)
@@ -125,6 +128,15 @@ def load_ptb(data_dir: str | None, hf_dataset: str | None = None) -> Corpus:
             source = f"--hf_dataset={hf_dataset}" if hf_dataset else f"the files in {data_dir}"
             raise UserError(f"PTB split {s!r} holds no text; check {source}")
     return Corpus(vocab=vocab, **splits)
+
+
+def size_warning(corpus: Corpus) -> str | None:
+    """A line naming the splits whose token counts are not those of Mikolov's splits (a
+    file cut short, or another corpus), or None."""
+    other = [f"{s} {len(getattr(corpus, s)):,} (Mikolov's: {n:,})"
+             for s, n in SIZES.items() if len(getattr(corpus, s)) != n]
+    return (f"warning: PTB tokens: {', '.join(other)}; is a file cut short, or is this "
+            "another corpus?") if other else None
 
 
 def batchify(ids: np.ndarray, batch: int) -> np.ndarray:

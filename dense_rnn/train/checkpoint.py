@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import jax
@@ -83,6 +83,25 @@ def read_identity(workdir: str) -> dict[str, Any] | None:
     return identity
 
 
+def identity_error(workdir: str, stored: dict[str, Any], identity: dict[str, Any],
+                   ignored: Sequence[str] = (), where: str = "") -> UserError | None:
+    """The error for ``workdir`` (``where``: its subdirectory that holds the run) when its
+    ``stored`` run identity differs from ``identity`` in keys other than ``ignored``; else
+    None."""
+    diff = sorted(k for k in set(stored) | set(identity)
+                  if k not in ignored and stored.get(k) != identity.get(k))
+    if not diff:
+        return None
+    shown = ", ".join(f"{k}: {stored.get(k)!r} -> {identity.get(k)!r}"
+                      for k in diff[:4]) + (f" and {len(diff) - 4} more" * (len(diff) > 4))
+    keys = set(stored) | set(identity)
+    # Most fields only on one side: a run of the other binary (ptb_lm / classify).
+    what = ("another kind of model" if 2 * len(set(stored) ^ set(identity)) > len(keys)
+            else "another config")
+    return UserError(f"workdir {workdir} holds a run of {what}{where} ({shown}); use a new "
+                     "--workdir, or the same config to resume")
+
+
 class Checkpointer:
     """Latest and best checkpoints of one run; a context manager that closes them.
 
@@ -111,19 +130,9 @@ class Checkpointer:
         self._best = _manager(os.path.join(workdir, "best"), 1)
 
     def _check_identity(self, stored: dict[str, Any]) -> None:
-        diff = sorted(k for k in set(stored) | set(self.identity)
-                      if k not in self.descriptive and stored.get(k) != self.identity.get(k))
-        if diff:
-            shown = ", ".join(f"{k}: {stored.get(k)!r} -> {self.identity.get(k)!r}"
-                              for k in diff[:4]) + (f" and {len(diff) - 4} more" * (len(diff) > 4))
-            keys = set(stored) | set(self.identity)
-            # Most fields only on one side: a run of the other binary (ptb_lm / classify).
-            what = ("another kind of model" if 2 * len(set(stored) ^ set(self.identity)) > len(keys)
-                    else "another config")
-            raise UserError(
-                f"workdir {self.workdir} holds a run of {what} ({shown}); "
-                "use a new --workdir, or the same config to resume"
-            )
+        error = identity_error(self.workdir, stored, self.identity, self.descriptive)
+        if error:
+            raise error
 
     def _write_identity(self) -> None:
         if self._identity_written:

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import math
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -327,15 +329,37 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
     }
 
 
+def check_workdir(workdir: str, identity: dict[str, Any], cv: bool) -> None:
+    """Refuses a ``workdir`` holding a run of another dataset or config, whose
+    ``summary.json`` this run would replace: a CV run (``cv``) refuses a single run's
+    workdir (its ``run_identity.json``), and every run refuses CV folds (``fold_K/``) of
+    another ``identity`` than this run's, fold numbers aside."""
+    if not os.path.isdir(workdir):
+        return
+    identity = json.loads(json.dumps(identity))  # as stored: tuples become lists
+    ignored = ("fold", *DESCRIPTIVE_FIELDS)
+    folds = sorted(d for d in os.listdir(workdir) if re.fullmatch(r"fold_\d+", d))
+    for sub in ([""] if cv else []) + folds:
+        stored = checkpoint.read_identity(os.path.join(workdir, sub))
+        if stored is None:
+            continue
+        error = checkpoint.identity_error(workdir, stored, identity, ignored,
+                                          f" in {sub}/" if sub else "")
+        if error:
+            raise error
+
+
 def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, workdir: str,
         embeddings: str | None, oov: str = "drop", select: str = "dev",
         folds: list[int] | None = None, log: Callable[[str], None] = print,
         max_len: int = 0, hf_dataset: str | None = None,
-        should_stop: Callable[[], bool] = lambda: False) -> dict[str, Any]:
+        should_stop: Callable[[], bool] = lambda: False,
+        check_sizes: bool = True) -> dict[str, Any]:
     """Trains ``c`` on ``dataset`` (every requested CV fold) and writes ``summary.json``.
     ``max_len > 0`` keeps only the first ``max_len`` tokens of every text; ``hf_dataset``
     reads the dataset from the Hugging Face hub (or a local dataset directory) instead of
-    ``data_dir``; ``should_stop`` is ``train_split``'s."""
+    ``data_dir``; ``should_stop`` is ``train_split``'s. Local splits of other sizes than the
+    standard ones are warned about unless ``check_sizes`` is False (a deliberate excerpt)."""
     wall_start = time.time()
     if select not in SELECTIONS:
         raise UserError(f"unknown --select={select!r}; use dev or test")
@@ -359,8 +383,9 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
         raw = tc.load_hub(hf_dataset, spec)
     else:
         raw = spec.load(data_dir)
-        for line in tc.size_warnings(dataset, spec, raw):
-            log(line)
+        if check_sizes:
+            for line in tc.size_warnings(dataset, spec, raw):
+                log(line)
     if max_len:
         raw = tc.truncate(raw, max_len)
     vectors = None
@@ -376,6 +401,7 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
     identity |= {"dataset": dataset, "embeddings": os.path.basename(embeddings or ""),
                  "oov": oov} | ({"max_len": max_len} if max_len else {}) | (
                      {"hf_dataset": hf_dataset} if hf_dataset else {})
+    check_workdir(workdir, identity, cv=bool(spec.num_folds))
     records = {}
     for fold in fold_ids:
         splits = tc.make_splits(spec, raw, fold)

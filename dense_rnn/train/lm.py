@@ -184,12 +184,15 @@ class Progress:
 
 def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
                        hf_dataset: str | None = None, log: Callable[[str], None] = print,
-                       should_stop: Callable[[], bool] = lambda: False) -> dict[str, Any]:
+                       should_stop: Callable[[], bool] = lambda: False,
+                       check_sizes: bool = True) -> dict[str, Any]:
     """Trains ``c`` (resuming from ``workdir`` if it holds a checkpoint), then reports the
     test perplexity of the best-validation parameters. Returns the summary.
 
     ``should_stop`` is asked after every step; once it says so, the run checkpoints that
-    step and raises ``Interrupted`` (``cli.stop_on_signals`` ties it to Ctrl-C)."""
+    step and raises ``Interrupted`` (``cli.stop_on_signals`` ties it to Ctrl-C). Local splits
+    of other sizes than Mikolov's are warned about when a run starts, unless
+    ``check_sizes`` is False (a deliberate excerpt)."""
     wall_start = time.time()
     identity = {k: v for k, v in c.to_dict().items() if k not in RESUMABLE_FIELDS}
     corpus = ptb.load_ptb(data_dir, hf_dataset)
@@ -221,6 +224,9 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
         state, progress = ckpt.resume(state, Progress())
         finished = checkpoint.finished_because(progress.done, progress.epoch, c.max_epochs,
                                                progress.global_step, c.max_steps)
+        warning = check_sizes and not hf_dataset and ptb.size_warning(corpus)
+        if ckpt.latest_step() is None and warning:  # once, when the run starts
+            log(warning)
         if ckpt.latest_step() is not None:
             log(checkpoint.resume_line(workdir, progress.global_step, progress.epoch,
                                        f"step {progress.step_in_epoch}/{steps_per_epoch}",
@@ -242,6 +248,10 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
         def valid_and_record() -> bool:
             ppl = evaluate(model, eval_step, state["params"], corpus.valid, c.eval_batch_size,
                            c.num_steps, mesh)
+            if not math.isfinite(ppl):  # a finite loss too large for exp(): diverged too
+                raise metrics.not_finite_error(ppl, f"after step {progress.global_step}",
+                                               workdir, ckpt.latest_step(), RESUMABLE_FIELDS,
+                                               what="validation perplexity")
             train_ppl = perplexity(progress.epoch_nll / max(progress.epoch_tokens, 1))
             lr = float(learning_rate_schedule(c, steps_per_epoch)(max(progress.global_step - 1, 0)))
             epoch = progress.epoch + progress.step_in_epoch / steps_per_epoch

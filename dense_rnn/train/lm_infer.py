@@ -25,6 +25,7 @@ import numpy as np
 from dense_rnn.configs.ptb import LMConfig
 from dense_rnn.data import ptb
 from dense_rnn.errors import UserError
+from dense_rnn.files import not_a
 from dense_rnn.models.lm import LanguageModel
 from dense_rnn.train import checkpoint, lm
 
@@ -196,7 +197,8 @@ class Scores:
 def score_file(trained: TrainedLM, path: str) -> Scores:
     """Scores every non-empty line of ``path`` as one sentence (words split on spaces)."""
     if not os.path.isfile(path):
-        raise UserError(f"no text file {path}; pass --text_file=FILE, one sentence a line")
+        raise UserError(f"text file {path} {not_a(path)}; pass --text_file=FILE, one sentence "
+                        "a line")
     try:
         with open(path, encoding="utf-8-sig") as f:  # a leading byte-order mark is not a word
             sentences = [" ".join(line.split()) for line in f if line.strip()]
