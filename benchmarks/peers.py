@@ -8,8 +8,9 @@
 * ``dc_bilstm_port`` / ``hm_port``: straightforward ``lax.scan`` ports of the DC-Bi-LSTM and
   HM-DenseRNN equations on our parameter trees: the input projection is done per step
   inside the scan, and the HM upper layers run at the input rate, copying their state at
-  the steps they do not update (Zhao et al. eq. 6). ``Port.apply`` has the signature of
-  ``nn.Module.apply``, so the library's own training step drives them unchanged.
+  the steps they do not update (Zhao et al. eq. 6), or (``strided``) only over their update
+  points. ``Port.apply`` has the signature of ``nn.Module.apply``, so the library's own
+  training step drives them unchanged.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import jax.numpy as jnp
 import optax
 from jax.experimental import rnn
 
-from dense_rnn.hm_stack import layer_schedule
+from dense_rnn.hm_stack import layer_schedule, update_points
 from dense_rnn.recurrent import length_mask, reverse_padded, uniform_init
 
 Array = jax.Array
@@ -233,24 +234,31 @@ def naive_dense_gru(p: dict, w_hh: list[Array], x: Array, update: Array, pos: Ar
     return jnp.swapaxes(hs, 0, 1)
 
 
-def hm_port(depths: tuple[int, ...]) -> Port:
+def hm_port(depths: tuple[int, ...], strided: bool = False) -> Port:
     """HM-DenseGRU (Zhao et al. eq. 4-8) on ``HMTextClassifier``'s (``net="hm"``) parameters.
 
     Layer ``l`` updates at input steps ``t`` with ``(t + 1) % stride_l == 0`` inside the
     sequence and at its last real step; the classifier reads the top layer's state there.
+    Every layer runs at the input rate, copying its state between updates (eq. 6), or with
+    ``strided`` only over the lower layer's states at its update points.
     """
     schedule = layer_schedule(depths)
 
     def forward(params, tokens, lengths, key):
         x = params["embed"]["embedding"][tokens]
-        t = jnp.arange(tokens.shape[1])
-        for i, (stride, _, k, block_start) in enumerate(schedule):
+        for i, (stride, sub, k, block_start) in enumerate(schedule):
             layer = params["hm"][f"layer_{i}"]
             w_hh = [layer[f"w_hh_{j}"] for j in range(1, k + 1)]
-            inside = t[None, :] < lengths[:, None]
-            update = (((t + 1) % stride == 0)[None, :] & inside) | (
-                t[None, :] == lengths[:, None] - 1)
-            pos = (-(-(t + 1) // stride) - 1) % k
+            if strided:
+                x, lengths = update_points(x, lengths, sub)
+                t = jnp.arange(x.shape[1])
+                update, pos = t[None, :] < lengths[:, None], t % k
+            else:
+                t = jnp.arange(tokens.shape[1])
+                inside = t[None, :] < lengths[:, None]
+                update = (((t + 1) % stride == 0)[None, :] & inside) | (
+                    t[None, :] == lengths[:, None] - 1)
+                pos = (-(-(t + 1) // stride) - 1) % k
             x = naive_dense_gru(layer, w_hh, x, update, pos, block_start)
         last = jnp.take_along_axis(x, jnp.maximum(lengths - 1, 0)[:, None, None], 1)[:, 0]
         return last @ params["softmax"]["kernel"] + params["softmax"]["bias"]

@@ -9,6 +9,7 @@ exactly what the ``experiments`` binaries run.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 
 import jax
@@ -27,6 +28,7 @@ Step = Callable[[], None]
 Builder = Callable[[], Step]
 OURS = "ours"
 GEMM = "gemm"  # implementation names starting with this are rooflines
+PORT = "lax.scan port"
 LR_STEPS_PER_EPOCH = 1000  # only shapes the learning-rate schedule
 
 
@@ -195,12 +197,13 @@ def lm_workload(name: str, train: bool = True, dtype: str = "float32") -> Worklo
     )
 
 
-def classifier_workload(c: ClassifierConfig, batch: int, time: int, port: peers.Port,
-                        port_name: str, forward_flops: Callable,
+def classifier_workload(c: ClassifierConfig, batch: int, time: int,
+                        ports: dict[str, peers.Port], forward_flops: Callable,
                         gemm_shape: tuple[int, int, int], vocab_size: int = 20_000,
                         num_classes: int = 5) -> Workload:
     """A classifier config's training step on ``(batch, time)`` tokens with lengths drawn in
-    ``[time / 2, time]``, ours against ``port`` on the same parameters and trainer."""
+    ``[time / 2, time]``, ours against ``ports`` (by name) on the same parameters and
+    trainer."""
     rng = np.random.default_rng(0)
     data = {
         "tokens": rng.integers(0, vocab_size, (batch, time), dtype=np.int32),
@@ -226,7 +229,8 @@ def classifier_workload(c: ClassifierConfig, batch: int, time: int, port: peers.
         name=f"{c.name} train B={batch} T={time}", unit="ex/s", items=batch,
         flops=flops.TRAIN_FACTOR * forward_flops(c, batch, time, num_classes),
         gemm_flops=flops.matmul(*gemm_shape),
-        impls={OURS: lambda: jax_impl(model), port_name: lambda: jax_impl(port),
+        impls={OURS: lambda: jax_impl(model),
+               **{name: functools.partial(jax_impl, port) for name, port in ports.items()},
                f"{GEMM} xla": gemm_impls(*gemm_shape)[f"{GEMM} xla"]},
     )
 
@@ -242,15 +246,16 @@ def dc_bilstm_workload(batch: int = 200, time: int = 50, dl: int | None = None) 
     top_in = c.embed_size + 2 * a["dl"] * a["dh"]
     return classifier_workload(
         c, batch, time,
-        peers.dc_bilstm_port(a["dropout_embed"], a["dropout_pool"], n_layers),
-        "lax.scan port", flops.dc_bilstm_forward, (batch * time, top_in, 4 * a["th"]))
+        {PORT: peers.dc_bilstm_port(a["dropout_embed"], a["dropout_pool"], n_layers)},
+        flops.dc_bilstm_forward, (batch * time, top_in, 4 * a["th"]))
 
 
 def hm_workload(config: str = "hm_densegru_128", batch: int = 32, time: int = 400) -> Workload:
     c, _ = classify.get_config(config)
     a = c.model_args
     return classifier_workload(
-        c, batch, time, peers.hm_port(tuple(a["depths"])), "lax.scan port",
+        c, batch, time, {PORT: peers.hm_port(tuple(a["depths"])),
+                         f"{PORT} (strided)": peers.hm_port(tuple(a["depths"]), strided=True)},
         flops.hm_forward, (batch * time, c.embed_size, 3 * a["features"]))
 
 

@@ -165,14 +165,15 @@ def _batch(vocab, batch, time):
             jnp.array([time, time // 2, 1, time - 1][:batch], jnp.int32))
 
 
-@pytest.mark.parametrize("config", ["dc_bilstm_t4_dl5_dh10", "hm_densegru_64"])
-def test_ports_compute_the_models_function(config):
+@pytest.mark.parametrize("config,strided", [("dc_bilstm_t4_dl5_dh10", False),
+                                            ("hm_densegru_64", False), ("hm_densegru_64", True)])
+def test_ports_compute_the_models_function(config, strided):
     c, _ = classify.get_config(config)
     model = classify.make_model(c, 50, 3)
     params = classify.init_params(model, jax.random.key(0))
     a = c.model_args
     if a.get("net") == "hm":
-        port = peers.hm_port(tuple(a["depths"]))
+        port = peers.hm_port(tuple(a["depths"]), strided)
     else:
         port = peers.dc_bilstm_port(0.0, 0.0, a["dl"] + 1)
     tokens, lengths = _batch(50, 4, 16)
