@@ -202,15 +202,20 @@ def _cudnn_layout(ours: dict, c: ptb.LMConfig) -> dict:
     return params
 
 
-@pytest.mark.parametrize("connectivity", ["stacked", "dense"])
-def test_cudnn_peer_computes_our_language_model(connectivity):
-    """The GPU peer on JAX's reference of cuDNN's LSTM, given our weights, computes our LM:
-    per-token NLL and carries, over two windows (the carries thread through)."""
+def _tiny_lm(connectivity: str):
+    """A 3-layer tiny LM config, our model, a (4, 6) batch of tokens and our parameters."""
     c = dataclasses.replace(ptb.CONFIGS["tiny"], connectivity=connectivity, num_layers=3,
                             vocab_size=50)
     model = lm.make_model(c)
     tokens, _ = _batch(50, 4, 6)
-    ours = model.init(jax.random.key(0), tokens, model.zero_carries(4))["params"]
+    return c, model, tokens, model.init(jax.random.key(0), tokens, model.zero_carries(4))["params"]
+
+
+@pytest.mark.parametrize("connectivity", ["stacked", "dense"])
+def test_cudnn_peer_computes_our_language_model(connectivity):
+    """The GPU peer on JAX's reference of cuDNN's LSTM, given our weights, computes our LM:
+    per-token NLL and carries, over two windows (the carries thread through)."""
+    c, model, tokens, ours = _tiny_lm(connectivity)
     peer = peers.FlaxLSTMLM(c.vocab_size, c.embed_size, c.hidden_size, c.num_layers,
                             connectivity, c.dropout_rate, c.init_scale, peers.lstm_reference)
     theirs = _cudnn_layout(ours, c)
@@ -245,11 +250,7 @@ def test_flax_and_pytorch_peers_compute_our_language_model(connectivity):
     """The CPU peers, given our weights, compute our LM: per-token NLL over two windows (the
     carries thread through)."""
     torch = pytest.importorskip("torch")
-    c = dataclasses.replace(ptb.CONFIGS["tiny"], connectivity=connectivity, num_layers=3,
-                            vocab_size=50)
-    model = lm.make_model(c)
-    tokens, _ = _batch(50, 4, 6)
-    ours = model.init(jax.random.key(0), tokens, model.zero_carries(4))["params"]
+    c, model, tokens, ours = _tiny_lm(connectivity)
     flax_peer = peers.FlaxLSTMLM(c.vocab_size, c.embed_size, c.hidden_size, c.num_layers,
                                  connectivity, c.dropout_rate, c.init_scale)
     flax_params = _flax_layout(ours, c)
