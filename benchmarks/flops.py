@@ -60,7 +60,8 @@ def hm_forward(c: ClassifierConfig, batch: int, time: int, num_classes: int) -> 
 
     Layer ``l`` updates ``time // stride`` times; at block position ``n`` (1-based) its
     recurrent input holds ``rec_rows(n, block_start)`` states (Zhao et al. eq. 2, 5), each
-    of ``H`` units.
+    of ``H`` units. Exact when ``time`` is a multiple of the top layer's block length (the
+    model pads the last block of every layer and computes the padding too).
     """
     a = c.model_args
     h, gates = a["features"], {"rnn": 1, "gru": 3, "lstm": 4}[a["cell"]]

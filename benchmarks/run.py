@@ -43,8 +43,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 # Issue #5's targets: the least "ours x" against each peer, and the least fraction of the
 # GEMM rate on the LM workloads. On a GPU both cuDNN LSTMs (PyTorch's nn.LSTM runs there)
 # have the target of 0.8x.
-PEER_TARGETS = {"torch nn.LSTM": 1.0, "flax nn.RNN": 1.3, "lax.scan port": 1.5,
-                "lax.scan port (strided)": 1.5}
+PEER_TARGETS = {"torch nn.LSTM": 1.0, "flax nn.RNN": 1.3, "lax.scan port": 1.5}
 CUDNN_TARGETS = {"torch nn.LSTM": 0.8, "jax cuDNN rnn.lstm": 0.8}
 GEMM_TARGET = 0.8
 

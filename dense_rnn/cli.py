@@ -18,6 +18,7 @@ from dense_rnn.platform import enable_compilation_cache, reexec_with_fast_malloc
 # before exit (``Checkpointer`` closes on the way out).
 RESUME_HINT = "run the same command again to resume training"
 STOPPING = "stopping after this step, with a checkpoint (Ctrl-C again: at once)"
+INTERRUPTED_HINT = "the same command resumes a training run from its last checkpoint"
 
 
 @contextlib.contextmanager
@@ -54,7 +55,9 @@ def _exit_at_once(signum: int, frame: object) -> None:
     ``KeyboardInterrupt`` instead can be lost (JAX's garbage-collection callback swallows
     it) or end in a traceback (during an import); nothing here needs cleaning up, as
     checkpoints are written atomically."""
-    sys.stderr.write(f"interrupted; {RESUME_HINT} from its last checkpoint\n")
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()  # what a sample or score run has printed so far
+    sys.stderr.write(f"interrupted; {INTERRUPTED_HINT}\n")
     sys.stderr.flush()
     os._exit(130)
 
@@ -76,7 +79,7 @@ def run_binary(run: Callable[[], None]) -> None:
         run()
 
     app.run(lambda argv: _one_line_errors(
-        main, argv, interrupted=f"interrupted; {RESUME_HINT} from its last checkpoint"),
+        main, argv, interrupted=f"interrupted; {INTERRUPTED_HINT}"),
         flags_parser=_parse_flags)
 
 

@@ -71,7 +71,7 @@ def hm_stack(cell, layer_params, xs, depths, multiscale=True, dense=True):
             k = depths[li]
             m, n = divmod(t - 1, k)
             n += 1
-            every_step = li == 0 or not multiscale
+            every_step = li == 0 or not multiscale or depths[li - 1] == 1
             if not every_step and t % depths[li - 1] and t != len(xs):
                 history[li].append((h[li], False))  # eq. 6, otherwise-branch: copy
                 continue

@@ -55,4 +55,4 @@ def test_ctrl_c_before_training_exits_at_once_in_one_line():
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130
-    assert err == f"interrupted; {cli.RESUME_HINT} from its last checkpoint\n"
+    assert err == f"interrupted; {cli.INTERRUPTED_HINT}\n"

@@ -23,6 +23,8 @@ LENGTHS = np.array([21, 13, 3], np.int32)
         ("gru", (2, 4, 8), True, True),
         ("lstm", (2, 4, 8), True, True),
         ("rnn", (3, 6), True, True),
+        ("lstm", (4, 8, 16), True, True),
+        ("rnn", (1, 2, 4), True, True),  # a stride-1 layer of depth 2: a regular RNN
         ("gru", (2, 4, 8), False, True),  # Table 3: - multiscale
         ("gru", (2, 4, 8), True, False),  # Table 3: - dense block
     ],

@@ -536,6 +536,30 @@ def test_single_and_cv_runs_never_share_a_workdir(tmp_path):
     _tiny_run(tmp_path, mr, dataset="mr", folds=[0])  # finished: reports again
 
 
+def test_sweeps_and_single_runs_never_share_a_workdir(tmp_path):
+    """A learning-rate sweep (runs in WORKDIR/lr_RATE, the chosen one's summary in WORKDIR)
+    refuses a single run's workdir, and a single run refuses a sweep's."""
+    from dense_rnn.configs.families import get_config
+    from dense_rnn.train import classify
+
+    _synthetic_trec(tmp_path, n_train=40, n_test=8)
+    c, family = get_config("dc_bilstm")
+    c = dataclasses.replace(c, model_args={**c.model_args, "dl": 1, "dh": 4, "th": 4},
+                            embed_size=8, batch_size=8, max_epochs=1)
+    single, sweep = tmp_path / "single", tmp_path / "sweep"
+    _tiny_run(tmp_path, single)
+
+    def run_sweep(workdir):
+        classify.run_lr_sweep(c, [1e-3], str(workdir), log=lambda s: None, family=family,
+                              dataset="trec", data_dir=str(tmp_path), embeddings=None)
+
+    with pytest.raises(UserError, match=r"single holds a run without --lr_sweep; use a new"):
+        run_sweep(single)
+    run_sweep(sweep)
+    with pytest.raises(UserError, match=r"sweep holds a learning-rate sweep \(lr_\*/\); use a"):
+        _tiny_run(tmp_path, sweep)
+
+
 def test_size_warnings_unless_the_data_is_an_excerpt(tmp_path):
     """Local files of other sizes than the standard splits are warned about, unless the
     caller says they are an excerpt (``check_sizes=False``, as the quickstart notebook)."""

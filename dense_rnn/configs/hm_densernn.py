@@ -81,7 +81,7 @@ TABLE3 = {"no_hierarchy": 45.1, "no_multiscale": 46.0, "no_dense_block": 46.3}
 # again as the Table 2 model it equals (Table 2 gives densegru_64 44.9).
 TABLE3_CONFIGS = {"hm_densegru_64": 46.8, "densegru_64": TABLE3["no_hierarchy"],
                   **{f"hm_densegru_64_{k}": v for k, v in TABLE3.items()}}
-# Configs whose Table 2 count no architecture derived from the equations reproduces.
+# Configs whose Table 2 count this architecture does not reproduce (module docstring).
 PAPER_COUNT_MISMATCH = ("hm_densernn_64", "hm_densernn_128", "hm_densegru_64", "hm_denselstm_64")
 
 

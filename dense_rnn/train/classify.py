@@ -333,9 +333,13 @@ def check_workdir(workdir: str, identity: dict[str, Any], cv: bool) -> None:
     """Refuses a ``workdir`` holding a run of another dataset or config, whose
     ``summary.json`` this run would replace: a CV run (``cv``) refuses a single run's
     workdir (its ``run_identity.json``), and every run refuses CV folds (``fold_K/``) of
-    another ``identity`` than this run's, fold numbers aside."""
+    another ``identity`` than this run's, fold numbers aside; and a learning-rate sweep's
+    root (``lr_RATE/``)."""
     if not os.path.isdir(workdir):
         return
+    if any(d.startswith("lr_") for d in os.listdir(workdir)):
+        raise UserError(f"workdir {workdir} holds a learning-rate sweep (lr_*/); use a new "
+                        "--workdir, or the sweep's --lr_sweep to resume it")
     identity = json.loads(json.dumps(identity))  # as stored: tuples become lists
     ignored = ("fold", *DESCRIPTIVE_FIELDS)
     folds = sorted(d for d in os.listdir(workdir) if re.fullmatch(r"fold_\d+", d))
@@ -449,6 +453,10 @@ def run_lr_sweep(c: ClassifierConfig, rates: list[float], workdir: str,
     summary, with every rate's dev/test accuracy, is written to ``WORKDIR/summary.json``."""
     if not rates or any(not r > 0 for r in rates):
         raise UserError(f"--lr_sweep={rates}: give positive learning rates like 1e-2,1e-3")
+    if os.path.isdir(workdir) and (checkpoint.read_identity(workdir) is not None or any(
+            d.startswith("fold_") for d in os.listdir(workdir))):
+        raise UserError(f"workdir {workdir} holds a run without --lr_sweep; use a new "
+                        "--workdir for the sweep")
     runs = {}
     for lr in rates:
         sub = os.path.join(workdir, f"lr_{lr:g}")

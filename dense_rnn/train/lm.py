@@ -251,7 +251,7 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
             if not math.isfinite(ppl):  # a finite loss too large for exp(): diverged too
                 raise metrics.not_finite_error(ppl, f"after step {progress.global_step}",
                                                workdir, ckpt.latest_step(), RESUMABLE_FIELDS,
-                                               what="validation perplexity")
+                                               "validation perplexity", discarded=False)
             train_ppl = perplexity(progress.epoch_nll / max(progress.epoch_tokens, 1))
             lr = float(learning_rate_schedule(c, steps_per_epoch)(max(progress.global_step - 1, 0)))
             epoch = progress.epoch + progress.step_in_epoch / steps_per_epoch

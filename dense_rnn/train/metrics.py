@@ -56,19 +56,22 @@ def write_json(path: str, obj: Any) -> None:
 
 
 def not_finite_error(loss: float, where: str, workdir: str, good_step: int | None,
-                     resumable: Sequence[str], what: str = "training loss") -> UserError:
+                     resumable: Sequence[str], what: str = "training loss",
+                     discarded: bool = True) -> UserError:
     """The error for a ``what`` (a training ``loss``) that is not finite (``where``: "at step
     40"). The advice depends on the latest checkpoint from before the loss diverged
     (``good_step``, None: none) and on whether the run may resume with another learning rate
-    (one of its ``resumable`` fields)."""
+    (one of its ``resumable`` fields); ``discarded``: the checkpoints after it were removed."""
     fix = "lower --learning_rate or clip gradients harder with --max_grad_norm"
     if good_step is None:
         advice = f"no checkpoint from before it is left: {fix} (a rerun starts over)"
     elif "learning_rate" not in resumable:
         advice = f"{fix} in a new --workdir ({workdir} resumes only the same config)"
     else:
-        advice = (f"resume from the last good checkpoint ({workdir}/checkpoints/{good_step}; "
-                  f"any later one is removed): {fix}, or start over in a new --workdir if it "
+        which = (f"the last good checkpoint ({workdir}/checkpoints/{good_step}; any later one "
+                 "is removed)" if discarded
+                 else f"the latest checkpoint ({workdir}/checkpoints/{good_step})")
+        advice = (f"resume from {which}: {fix}, or start over in a new --workdir if it "
                   "diverges again")
     return UserError(f"{what} is {loss} {where}; {advice}")
 
