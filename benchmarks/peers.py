@@ -5,6 +5,9 @@
 * ``TorchLSTMLM``: the same LMs from PyTorch's ``nn.LSTM`` (cuDNN's LSTM on a GPU).
 * ``FlaxLSTMLM(..., lstm=rnn.lstm)``: the same LMs on ``jax.experimental.rnn.lstm``, JAX's
   cuDNN LSTM (GPU only).
+* ``FlaxDCBiLSTM`` (``flax_dc_bilstm_port``) / ``torch_dc_bilstm``: the DC-Bi-LSTM from
+  ``nn.Bidirectional(nn.RNN(nn.OptimizedLSTMCell))`` layers / from PyTorch's bidirectional
+  ``nn.LSTM`` over packed sequences.
 * ``dc_bilstm_port`` / ``hm_port``: straightforward ``lax.scan`` ports of the DC-Bi-LSTM and
   HM-DenseRNN equations on our parameter trees: the input projection is done per step
   inside the scan, and the HM upper layers run at the input rate, copying their state at
@@ -16,6 +19,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +30,7 @@ import optax
 from jax.experimental import rnn
 
 from dense_rnn.hm_stack import layer_schedule, update_points
+from dense_rnn.models.dc_bilstm import masked_mean
 from dense_rnn.recurrent import length_mask, reverse_padded, uniform_init
 
 Array = jax.Array
@@ -185,12 +190,100 @@ def dc_bilstm_port(dropout_embed: float, dropout_pool: float, num_layers: int) -
             feats.append(jnp.concatenate(
                 [naive_lstm(layer["fwd"], inp, lengths, False),
                  naive_lstm(layer["bwd"], inp, lengths, True)], -1))
-        mask = length_mask(lengths, tokens.shape[1])[..., None]
-        pooled = (feats[-1] * mask).sum(1) / jnp.maximum(lengths, 1)[:, None]
-        pooled = dropout(pooled, dropout_pool, keys[1])
+        pooled = dropout(masked_mean(feats[-1], lengths), dropout_pool, keys[1])
         return pooled @ params["softmax"]["kernel"] + params["softmax"]["bias"]
 
     return Port(forward)
+
+
+class FlaxDCBiLSTM(nn.Module):
+    """``dense_rnn.models.dc_bilstm.DCBiLSTM`` rebuilt from stock parts: each layer (``features``:
+    the dense layers' sizes, then the top layer's) an ``nn.Bidirectional`` of two
+    ``nn.RNN(nn.OptimizedLSTMCell)`` given ``seq_lengths``, reading every earlier layer's
+    output and the embedding, newest first; ``nn.Dropout`` and an ``nn.Dense`` softmax."""
+
+    vocab_size: int
+    num_classes: int
+    embed_size: int
+    features: tuple[int, ...]
+    dropout_embed: float = 0.0
+    dropout_pool: float = 0.0
+
+    @nn.compact
+    def __call__(self, tokens: Array, lengths: Array, deterministic: bool = True) -> Array:
+        e = nn.Embed(self.vocab_size, self.embed_size, name="embed")(tokens)
+        feats = [nn.Dropout(self.dropout_embed)(e, deterministic)]
+        for h in self.features:
+            layer = nn.Bidirectional(nn.RNN(nn.OptimizedLSTMCell(h)),
+                                     nn.RNN(nn.OptimizedLSTMCell(h)))
+            feats.append(layer(jnp.concatenate(feats[::-1], -1), seq_lengths=lengths))
+        pooled = nn.Dropout(self.dropout_pool)(masked_mean(feats[-1], lengths), deterministic)
+        return nn.Dense(self.num_classes, name="softmax")(pooled)
+
+
+def flax_lstm_cell(p: dict) -> dict:
+    """One LSTM's ``w_ih``, ``w_hh`` and ``b`` in ``nn.OptimizedLSTMCell``'s layout: one kernel
+    per gate and input, the bias on the recurrent kernels."""
+    w_ih, w_hh, b = (jnp.split(p[k], 4, -1) for k in ("w_ih", "w_hh", "b"))
+    cell = {}
+    for gate, a, u, bias in zip("ifgo", w_ih, w_hh, b, strict=True):
+        cell[f"i{gate}"] = {"kernel": a}
+        cell[f"h{gate}"] = {"kernel": u, "bias": bias}
+    return cell
+
+
+def flax_dc_bilstm_port(features: tuple[int, ...], dropout_embed: float,
+                        dropout_pool: float) -> Port:
+    """``FlaxDCBiLSTM`` on ``DCBiLSTM``'s parameter tree: each step maps our parameters into
+    its layout (gradients flow back through the map), so the trainer's optimizer updates the
+    very tree it updates for ours."""
+
+    def forward(params, tokens, lengths, key):
+        (vocab, embed), classes = params["embed"]["embedding"].shape, params["softmax"]["bias"].size
+        model = FlaxDCBiLSTM(vocab, classes, embed, features, dropout_embed, dropout_pool)
+        layers = params["dense_bilstm"]
+        cells = {f"OptimizedLSTMCell_{2 * i + d}": flax_lstm_cell(layers[f"layer_{i}"][k])
+                 for i in range(len(features)) for d, k in enumerate(("fwd", "bwd"))}
+        theirs = {"embed": params["embed"], "softmax": params["softmax"], **cells}
+        return model.apply({"params": theirs}, tokens, lengths, deterministic=key is None,
+                           rngs=None if key is None else {"dropout": key})
+
+    return Port(forward)
+
+
+def torch_dc_bilstm(vocab_size: int, num_classes: int, embed_size: int,
+                    features: tuple[int, ...], dropout_embed: float, dropout_pool: float):
+    """The same DC-Bi-LSTM in PyTorch, ``forward(tokens, lengths) -> logits`` (``lengths`` on
+    the CPU, each at least 1): one ``nn.LSTM(bidirectional=True)`` per layer (``b_ih`` and
+    ``b_hh``: 4H more parameters per direction than ours). The embeddings are packed once
+    (``pack_padded_sequence``); every layer reads the packed concatenation of the earlier
+    outputs, newest first."""
+    import torch
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    class TorchDCBiLSTM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(vocab_size, embed_size)
+            sizes = itertools.accumulate((2 * h for h in features[:-1]), initial=embed_size)
+            self.lstms = torch.nn.ModuleList(
+                torch.nn.LSTM(d, h, batch_first=True, bidirectional=True)
+                for d, h in zip(sizes, features, strict=True))
+            self.drop_embed = torch.nn.Dropout(dropout_embed)
+            self.drop_pool = torch.nn.Dropout(dropout_pool)
+            self.softmax = torch.nn.Linear(2 * features[-1], num_classes)
+
+        def forward(self, tokens, lengths):
+            packed = pack_padded_sequence(self.drop_embed(self.embed(tokens)), lengths,
+                                          batch_first=True, enforce_sorted=False)
+            feats = [packed.data]
+            for lstm in self.lstms:
+                packed, _ = lstm(packed._replace(data=torch.cat(feats[::-1], -1)))
+                feats.append(packed.data)
+            h, _ = pad_packed_sequence(packed, batch_first=True)  # zeros at padding
+            return self.softmax(self.drop_pool(h.sum(1) / lengths.to(h)[:, None]))
+
+    return TorchDCBiLSTM()
 
 
 def naive_dense_gru(p: dict, w_hh: list[Array], x: Array, update: Array, pos: Array,

@@ -200,10 +200,12 @@ def lm_workload(name: str, train: bool = True, dtype: str = "float32") -> Worklo
 def classifier_workload(c: ClassifierConfig, batch: int, time: int,
                         ports: dict[str, peers.Port], forward_flops: Callable,
                         gemm_shape: tuple[int, int, int], vocab_size: int = 20_000,
-                        num_classes: int = 5) -> Workload:
+                        num_classes: int = 5, torch_model: Callable | None = None) -> Workload:
     """A classifier config's training step on ``(batch, time)`` tokens with lengths drawn in
     ``[time / 2, time]``, ours against ``ports`` (by name) on the same parameters and
-    trainer."""
+    trainer, and against ``torch_model(vocab_size, num_classes)`` (a PyTorch module,
+    ``forward(tokens, lengths) -> logits``, its output layer ``softmax``) as "torch nn.LSTM",
+    trained on the config's recipe in its own loop."""
     rng = np.random.default_rng(0)
     data = {
         "tokens": rng.integers(0, vocab_size, (batch, time), dtype=np.int32),
@@ -225,13 +227,37 @@ def classifier_workload(c: ClassifierConfig, batch: int, time: int,
         return _jax_loop(fn, [params, tx.init(params), 0],
                          lambda st: train_step.lower(st[0], st[1], data, st[2]).compile())
 
+    def torch_impl() -> Step:
+        import torch
+
+        torch.manual_seed(c.seed)
+        dev, sync = torch_device()
+        net = torch_model(vocab_size, num_classes).to(dev)
+        tokens, labels = (torch.from_numpy(data[k]).long().to(dev) for k in ("tokens", "labels"))
+        lengths = torch.from_numpy(data["lengths"]).long()  # pack_padded_sequence: on the CPU
+        opt = torch.optim.Adam(net.parameters(), lr=c.learning_rate)
+
+        def step() -> None:  # classify.make_steps' loss and make_optimizer's update
+            opt.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.cross_entropy(net(tokens, lengths), labels)
+            if c.l2:
+                loss = loss + c.l2 * net.softmax.weight.square().sum()
+            loss.backward()
+            if c.max_grad_norm:
+                torch.nn.utils.clip_grad_norm_(net.parameters(), c.max_grad_norm)
+            opt.step()
+            sync()
+
+        return step
+
+    torch_impls = {} if torch_model is None else {"torch nn.LSTM": torch_impl}
     return Workload(
         name=f"{c.name} train B={batch} T={time}", unit="ex/s", items=batch,
         flops=flops.TRAIN_FACTOR * forward_flops(c, batch, time, num_classes),
         gemm_flops=flops.matmul(*gemm_shape),
         impls={OURS: lambda: jax_impl(model),
                **{name: functools.partial(jax_impl, port) for name, port in ports.items()},
-               f"{GEMM} xla": gemm_impls(*gemm_shape)[f"{GEMM} xla"]},
+               **torch_impls, f"{GEMM} xla": gemm_impls(*gemm_shape)[f"{GEMM} xla"]},
     )
 
 
@@ -242,12 +268,15 @@ def dc_bilstm_workload(batch: int = 200, time: int = 50, dl: int | None = None) 
         c = dataclasses.replace(c, name=f"dc_bilstm_dl{dl}", model_args={**c.model_args,
                                                                          "dl": dl})
     a = c.model_args
-    n_layers = len(dense_features(a["dl"], a["dh"], a["th"]))
+    features = dense_features(a["dl"], a["dh"], a["th"])
+    drops = a["dropout_embed"], a["dropout_pool"]
     top_in = c.embed_size + 2 * a["dl"] * a["dh"]
     return classifier_workload(
         c, batch, time,
-        {PORT: peers.dc_bilstm_port(a["dropout_embed"], a["dropout_pool"], n_layers)},
-        flops.dc_bilstm_forward, (batch * time, top_in, 4 * a["th"]))
+        {PORT: peers.dc_bilstm_port(*drops, len(features)),
+         "flax nn.RNN": peers.flax_dc_bilstm_port(features, *drops)},
+        flops.dc_bilstm_forward, (batch * time, top_in, 4 * a["th"]),
+        torch_model=lambda v, k: peers.torch_dc_bilstm(v, k, c.embed_size, features, *drops))
 
 
 def hm_workload(config: str = "hm_densegru_128", batch: int = 32, time: int = 400) -> Workload:

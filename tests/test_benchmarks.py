@@ -233,16 +233,24 @@ def test_cudnn_peer_computes_our_language_model(connectivity):
 def _flax_layout(ours: dict, c: ptb.LMConfig) -> dict:
     """Our LM's parameters in ``FlaxLSTMLM``'s layout (``nn.OptimizedLSTMCell``: one kernel
     per gate and input, the bias on the recurrent kernels)."""
-    params = {"Embed_0": ours["embed"], "Dense_0": ours["softmax"]}
-    for i in range(c.num_layers):
-        p = ours["rnn"][f"layer_{i}"]
-        w_ih, w_hh, b = (jnp.split(p[k], 4, -1) for k in ("w_ih", "w_hh", "b"))
-        cell = {}
-        for gate, a, u, bias in zip("ifgo", w_ih, w_hh, b, strict=True):
-            cell[f"i{gate}"] = {"kernel": a}
-            cell[f"h{gate}"] = {"kernel": u, "bias": bias}
-        params[f"OptimizedLSTMCell_{i}"] = cell
-    return params
+    return {"Embed_0": ours["embed"], "Dense_0": ours["softmax"],
+            **{f"OptimizedLSTMCell_{i}": peers.flax_lstm_cell(ours["rnn"][f"layer_{i}"])
+               for i in range(c.num_layers)}}
+
+
+def _load_torch(torch, peer, ours: dict, lstms: dict[str, dict]) -> None:
+    """Copies our embedding, softmax and LSTMs (``lstms``: ``{torch name pattern: our
+    w_ih, w_hh, b}``; ``b_hh`` zeroed) into a PyTorch peer."""
+    t = dict(peer.named_parameters())
+    with torch.no_grad():
+        t["embed.weight"].copy_(torch.tensor(np.asarray(ours["embed"]["embedding"])))
+        t["softmax.weight"].copy_(torch.tensor(np.asarray(ours["softmax"]["kernel"]).T))
+        t["softmax.bias"].copy_(torch.tensor(np.asarray(ours["softmax"]["bias"])))
+        for name, p in lstms.items():
+            t[name % "weight_ih"].copy_(torch.tensor(np.asarray(p["w_ih"]).T))
+            t[name % "weight_hh"].copy_(torch.tensor(np.asarray(p["w_hh"]).T))
+            t[name % "bias_ih"].copy_(torch.tensor(np.asarray(p["b"])))
+            t[name % "bias_hh"].zero_()
 
 
 @pytest.mark.parametrize("connectivity", ["stacked", "dense"])
@@ -258,18 +266,9 @@ def test_flax_and_pytorch_peers_compute_our_language_model(connectivity):
         flax_peer.init(jax.random.key(1), tokens, model.zero_carries(4))["params"])
     torch_peer = peers.torch_lm(c.vocab_size, c.embed_size, c.hidden_size, c.num_layers,
                                 connectivity, c.dropout_rate).eval()
-    with torch.no_grad():
-        t = dict(torch_peer.named_parameters())
-        t["embed.weight"].copy_(torch.tensor(np.asarray(ours["embed"]["embedding"])))
-        t["softmax.weight"].copy_(torch.tensor(np.asarray(ours["softmax"]["kernel"]).T))
-        t["softmax.bias"].copy_(torch.tensor(np.asarray(ours["softmax"]["bias"])))
-        for i in range(c.num_layers):
-            p = ours["rnn"][f"layer_{i}"]
-            name = f"lstms.{i}.%s_l0" if connectivity == "dense" else f"lstms.0.%s_l{i}"
-            t[name % "weight_ih"].copy_(torch.tensor(np.asarray(p["w_ih"]).T))
-            t[name % "weight_hh"].copy_(torch.tensor(np.asarray(p["w_hh"]).T))
-            t[name % "bias_ih"].copy_(torch.tensor(np.asarray(p["b"])))
-            t[name % "bias_hh"].zero_()
+    _load_torch(torch, torch_peer, ours, {
+        (f"lstms.{i}.%s_l0" if connectivity == "dense" else f"lstms.0.%s_l{i}"):
+        ours["rnn"][f"layer_{i}"] for i in range(c.num_layers)})
     carries = {"ours": model.zero_carries(4), "flax": model.zero_carries(4)}
     zeros = torch.zeros(1, 4, c.hidden_size)
     torch_carries = ([(zeros, zeros)] * c.num_layers if connectivity == "dense"
@@ -285,3 +284,35 @@ def test_flax_and_pytorch_peers_compute_our_language_model(connectivity):
             nll = -torch.log_softmax(logits, -1).gather(
                 -1, torch.tensor(np.asarray(tokens)).long()[..., None])[..., 0]
         np.testing.assert_allclose(nll.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def _dc_bilstm():
+    """A small DC-Bi-LSTM (3 dense layers of 5 units, top 6), our parameters and its peers'
+    arguments: ``(features, dropout_embed, dropout_pool)`` without dropout."""
+    c, _ = classify.get_config("dc_bilstm_t4_dl5_dh10")
+    c = dataclasses.replace(c, embed_size=8, model_args={**c.model_args, "dl": 3, "dh": 5,
+                                                         "th": 6})
+    model = classify.make_model(c, 50, 3)
+    return model, classify.init_params(model, jax.random.key(0)), ((5,) * 3 + (6,), 0.0, 0.0)
+
+
+def test_flax_peer_computes_our_dc_bilstm():
+    model, ours, args = _dc_bilstm()
+    tokens, lengths = _batch(50, 4, 16)
+    want = jax.jit(model.apply)({"params": ours}, tokens, lengths)
+    got = jax.jit(peers.flax_dc_bilstm_port(*args).apply)({"params": ours}, tokens, lengths)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_pytorch_peer_computes_our_dc_bilstm():
+    torch = pytest.importorskip("torch")
+    model, ours, args = _dc_bilstm()
+    peer = peers.torch_dc_bilstm(50, 3, model.embed_size, *args).eval()
+    _load_torch(torch, peer, ours, {
+        f"lstms.{i}.%s_l0{suffix}": ours["dense_bilstm"][f"layer_{i}"][k]
+        for i in range(len(args[0])) for k, suffix in [("fwd", ""), ("bwd", "_reverse")]})
+    tokens, lengths = _batch(50, 4, 16)
+    with torch.no_grad():
+        got = peer(torch.tensor(np.asarray(tokens)).long(), torch.tensor(np.asarray(lengths)))
+    want = jax.jit(model.apply)({"params": ours}, tokens, lengths)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
