@@ -29,6 +29,7 @@ from collections.abc import Callable
 
 from dense_rnn.cli import run_script
 from dense_rnn.errors import UserError
+from dense_rnn.files import atomic_write
 from dense_rnn.platform import FAST_MALLOC_ENV
 
 # PyTorch's OpenMP threads otherwise spin after each parallel region, competing with XLA's
@@ -118,13 +119,24 @@ def _count_compiles() -> None:
 def build_steps(w, min_time: float) -> tuple[dict[str, Callable], dict[str, dict]]:
     """Builds (and compiles) every implementation of ``w``; per implementation, JAX's compile
     time (None for PyTorch's), the build and first step's wall time, and how many steps make
-    one timed set of about ``min_time`` seconds."""
+    one timed set of about ``min_time`` seconds. A peer that fails to build or run (say,
+    a cuDNN kernel this JAX lacks) is left out with its ``error``; ours never is."""
+    from benchmarks.workloads import OURS
+
     _count_compiles()
     steps, out = {}, {}
     for name, build in w.impls.items():
         t0, c0 = time.perf_counter(), _compile_seconds[0]
-        steps[name] = build()
-        steps[name]()
+        try:
+            steps[name] = build()
+            steps[name]()
+        except Exception as e:  # one peer's failure must not end the run
+            if name == OURS:
+                raise
+            steps.pop(name, None)
+            out[name] = {"error": f"{type(e).__name__}: {(str(e).strip() or '-').splitlines()[0]}"}
+            print(f"{w.name}: {name} not timed ({out[name]['error']})", flush=True)
+            continue
         setup_s = time.perf_counter() - t0
         compile_s = None if "torch" in name else _compile_seconds[0] - c0
         t0 = time.perf_counter()
@@ -221,6 +233,8 @@ def summarise(w, timings: dict[str, dict]) -> list[dict]:
 
     rows = []
     for name, t in timings.items():
+        if "error" in t:
+            continue
         med = statistics.median(t["times"])
         work = w.gemm_flops if name.startswith(GEMM) else w.flops
         rows.append({"impl": name, "step_ms": 1e3 * med,
@@ -281,6 +295,8 @@ def markdown(results: list[dict]) -> str:
                 f"{100 * r['spread']:.0f}% | {rate} | {ours_x} | {r['gflops']:.1f} | "
                 f"{100 * r['gemm_frac']:.0f}% | {_fmt(r['compile_s'], '.1f')} | "
                 f"{r['setup_s']:.1f} | {_fmt(r.get('rss_mb'), '.0f')} |")
+        for name, error in res.get("not_timed", {}).items():
+            lines.append(f"| {res['workload']} | {name} | not timed: {error} |" + " |" * 8)
     return "\n".join(lines)
 
 
@@ -361,17 +377,17 @@ def main(argv: list[str] | None = None) -> list[dict]:
         if a.memory or (a.memory is None and not a.quick):
             for r in rows:
                 r["rss_mb"] = peak_rss(name, r["impl"])
-        results.append({"workload": w.name, "unit": w.unit, "flops": w.flops, "rows": rows})
+        results.append({"workload": w.name, "unit": w.unit, "flops": w.flops, "rows": rows,
+                        "not_timed": {k: t["error"] for k, t in timings.items() if "error" in t}})
         print(markdown(results[-1:]), flush=True)
-    gpu = jax.default_backend() == "gpu"
-    table = markdown(results) + "\n\n" + targets_markdown(results, gpu)
+        table = (markdown(results) + "\n\n"
+                 + targets_markdown(results, jax.default_backend() == "gpu"))
+        if a.out:  # after every workload: a run stopped part-way keeps what it measured
+            os.makedirs(a.out, exist_ok=True)
+            atomic_write(os.path.join(a.out, "results.json"), json.dumps(
+                {"environment": env, "argv": sys.argv, "results": results}, indent=1))
+            atomic_write(os.path.join(a.out, "table.md"), table + "\n")
     print("\n" + table)
-    if a.out:
-        os.makedirs(a.out, exist_ok=True)
-        with open(os.path.join(a.out, "results.json"), "w") as f:
-            json.dump({"environment": env, "argv": sys.argv, "results": results}, f, indent=1)
-        with open(os.path.join(a.out, "table.md"), "w") as f:
-            f.write(table + "\n")
     return results
 
 

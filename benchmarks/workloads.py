@@ -293,6 +293,8 @@ WORKLOADS: dict[str, Callable[[], Workload]] = {
     "zaremba_medium": lambda: lm_workload("zaremba_medium"),
     "godin_dense_200x2": lambda: lm_workload("godin_dense_200x2"),
     "godin_dense_200x4": lambda: lm_workload("godin_dense_200x4"),
+    # Hidden size 1500: for GPUs (not in FULL: minutes per step on a 2-core CPU).
+    "zaremba_large": lambda: lm_workload("zaremba_large"),
     "dc_bilstm": dc_bilstm_workload,
     "hm_densegru": hm_workload,
     "eval_zaremba_medium": lambda: lm_workload("zaremba_medium", train=False),

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from jax.experimental import rnn
 
-from benchmarks import ab, binary, flops, peers, profile, run
+from benchmarks import ab, binary, flops, peers, profile, run, workloads
 from dense_rnn.configs import ptb
 from dense_rnn.errors import UserError
 from dense_rnn.train import classify, lm
@@ -55,6 +55,24 @@ def test_ours_x_is_the_median_paired_ratio_with_its_range():
     assert rows["ours"]["ours_x"] == 1.0 and rows["gemm xla"]["ours_x"] is None
     assert "| 1.20 (1.10-1.30) |" in run.markdown([{"workload": "w", "unit": "tok/s",
                                                     "rows": list(rows.values())}])
+
+
+def test_a_peer_that_fails_is_left_out_with_its_error_and_results_are_kept(tmp_path,
+                                                                          monkeypatch):
+    def broken() -> None:
+        raise RuntimeError("no cuDNN kernel\ndetails")
+
+    tiny = workloads.WORKLOADS["tiny_lm"]
+    monkeypatch.setitem(workloads.WORKLOADS, "tiny_lm", lambda: dataclasses.replace(
+        tiny(), impls={**tiny().impls, "jax cuDNN rnn.lstm": broken}))
+    (res,) = run.main(["--workloads", "tiny_lm", "--repeats", "1", "--min_time", "0.01",
+                       "--impls", "jax cuDNN rnn.lstm", "--no-memory", "--out", str(tmp_path)])
+    assert res["not_timed"] == {"jax cuDNN rnn.lstm": "RuntimeError: no cuDNN kernel"}
+    impls = {r["impl"] for r in res["rows"]}
+    assert "ours" in impls and "jax cuDNN rnn.lstm" not in impls
+    assert "| jax cuDNN rnn.lstm | not timed: RuntimeError: no cuDNN kernel |" in (
+        tmp_path / "table.md").read_text()
+    assert (tmp_path / "results.json").exists()  # written after each workload
 
 
 @pytest.mark.skipif(not run._OMP_POLICY_SET_HERE, reason="OMP_WAIT_POLICY set by the user")

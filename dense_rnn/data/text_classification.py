@@ -22,21 +22,31 @@ import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import datasets
 import numpy as np
 
 from dense_rnn.errors import UserError
 from dense_rnn.files import atomic_write
 
-datasets.disable_progress_bars()
+if TYPE_CHECKING:
+    import datasets
+
 
 PAD, UNK = 0, 1
 VOCAB_FILE = "vocab.json"  # a classification run's vocabulary, in its workdir
 DEV_FRACTION = 0.1
 SPLIT_SEED = 1234  # fixed: folds and dev slices never depend on the training seed
-Splits = dict[str, datasets.Dataset]
+Splits = dict[str, "datasets.Dataset"]
+
+
+def _hf() -> ModuleType:
+    """Hugging Face ``datasets``, imported on first use: the models and training steps
+    import this module and run without it (the GPU benchmarks do)."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    return datasets
 
 
 def clean_str(s: str) -> str:
@@ -91,7 +101,7 @@ def read_lines(path: str, encoding: str, what: str = "data file",
 
 def _dataset(texts: Sequence[str], labels: Sequence[int],
              clean: Callable[[str], str]) -> datasets.Dataset:
-    ds = datasets.Dataset.from_dict({"text": list(texts), "label": list(labels)})
+    ds = _hf().Dataset.from_dict({"text": list(texts), "label": list(labels)})
     return ds.map(lambda b: {"tokens": [clean(t).split() for t in b["text"]]}, batched=True)
 
 
@@ -292,7 +302,7 @@ def load_hub(name: str, spec: DatasetSpec) -> Splits:
     if spec.num_folds:
         if not splits:
             raise UserError(f"--hf_dataset={name} has no train/validation/test split")
-        return {"all": datasets.concatenate_datasets(list(splits.values()))}
+        return {"all": _hf().concatenate_datasets(list(splits.values()))}
     missing = {"train", "test"} - set(splits)
     if missing:
         raise UserError(f"--hf_dataset={name} has no labelled {' or '.join(sorted(missing))} "
