@@ -42,8 +42,7 @@ class FlaxLSTMLM(nn.Module):
 
     ``lstm=None`` runs each layer as ``nn.RNN(nn.OptimizedLSTMCell)``. Otherwise ``lstm``
     has the signature of ``jax.experimental.rnn.lstm``, JAX's cuDNN LSTM (it has a GPU
-    lowering only; the tests pass ``lstm_reference``): the stacked LM is one multi-layer call
-    (cuDNN applies the dropout between its layers), the dense LM one call per layer, each
+    lowering only; the tests pass ``lstm_reference``), called as ``cudnn_calls`` says, each
     call's weights one flat cuDNN vector (``b_ih`` and ``b_hh``: 4H more parameters per
     layer than ours)."""
 
@@ -64,8 +63,7 @@ class FlaxLSTMLM(nn.Module):
         e = nn.Embed(self.vocab_size, self.embed_size, embedding_init=init)(tokens)
         features, new_carries = [drop(e, deterministic)], []
         lengths = jnp.full(tokens.shape[:1], tokens.shape[1], jnp.int32)
-        calls = ([[i] for i in range(self.num_layers)] if dense or self.lstm is None
-                 else [list(range(self.num_layers))])
+        calls = cudnn_calls(self.num_layers, dense or self.lstm is None, self.dropout_rate)
         for n, layers in enumerate(calls):
             inp = jnp.concatenate(features[::-1], -1) if dense else features[-1]
             if self.lstm is None:
@@ -77,8 +75,7 @@ class FlaxLSTMLM(nn.Module):
                 args = (inp.shape[-1], self.hidden_size, len(layers))
                 w = self.param(f"lstm_{n}", init, (rnn.get_num_params_in_lstm(*args, False),))
                 c0, h0 = (jnp.stack([carries[i][k] for i in layers]) for k in (0, 1))
-                y, h, c = self.lstm(inp, h0, c0, w, lengths, *args,
-                                    0.0 if deterministic else self.dropout_rate, False)
+                y, h, c = self.lstm(inp, h0, c0, w, lengths, *args, 0.0, False)  # Flax's dropout
                 new_carries += [(c[k], h[k]) for k in range(len(layers))]
             features.append(drop(y, deterministic))
         top = jnp.concatenate(features[::-1], -1) if dense else features[-1]
@@ -87,6 +84,15 @@ class FlaxLSTMLM(nn.Module):
             logits = optax.softmax_cross_entropy_with_integer_labels(
                 logits.astype(jnp.float32), targets)
         return logits, tuple(new_carries)
+
+
+def cudnn_calls(num_layers: int, per_layer: bool, dropout_rate: float) -> list[list[int]]:
+    """The layers of each ``rnn.lstm`` call: one multi-layer call for a stacked LM without
+    dropout, else one call per layer with Flax's dropout between them (JAX's cuDNN call
+    failed with CUDNN_STATUS_BAD_PARAM given dropout, run Q: H200, JAX 0.11.2)."""
+    if per_layer or dropout_rate > 0:
+        return [[i] for i in range(num_layers)]
+    return [list(range(num_layers))]
 
 
 def lstm_reference(x, h_0, c_0, weights, seq_lengths, input_size, hidden_size, num_layers,

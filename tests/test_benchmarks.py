@@ -75,6 +75,14 @@ def test_a_peer_that_fails_is_left_out_with_its_error_and_results_are_kept(tmp_p
     assert (tmp_path / "results.json").exists()  # written after each workload
 
 
+def test_trainers_and_benchmarks_import_without_datasets_or_tensorboardx():
+    """A GPU image with JAX, Flax and PyTorch but neither package runs the suite as is."""
+    code = ("import sys; sys.modules['datasets'] = sys.modules['tensorboardX'] = None; "
+            "import benchmarks.run, benchmarks.workloads, dense_rnn.train.classify, "
+            "dense_rnn.train.lm")
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
+
+
 @pytest.mark.skipif(not run._OMP_POLICY_SET_HERE, reason="OMP_WAIT_POLICY set by the user")
 def test_the_isolated_pytorch_worker_keeps_openmps_default_policy():
     code = "import os, benchmarks.run; print(os.environ.get('OMP_WAIT_POLICY'))"
@@ -205,10 +213,11 @@ def _cudnn_layout(ours: dict, c: ptb.LMConfig) -> dict:
     ``w_ih^T``, ``w_hh^T``, ``b_ih = b`` and ``b_hh = 0`` where ``rnn.unpack_lstm_weights``
     reads them (found by unpacking the vector of positions)."""
     dense = c.connectivity == "dense"
-    calls = [[i] for i in range(c.num_layers)] if dense else [list(range(c.num_layers))]
     params = {"Embed_0": ours["embed"], "Dense_0": ours["softmax"]}
-    for n, layers in enumerate(calls):
-        args = (c.embed_size + (n * c.hidden_size if dense else 0), c.hidden_size, len(layers))
+    for n, layers in enumerate(peers.cudnn_calls(c.num_layers, dense, c.dropout_rate)):
+        first = layers[0]
+        inputs = c.embed_size + first * c.hidden_size if dense or first == 0 else c.hidden_size
+        args = (inputs, c.hidden_size, len(layers))
         size = rnn.get_num_params_in_lstm(*args, False)
         where = rnn.unpack_lstm_weights(jnp.arange(size, dtype=jnp.float32), *args, False)
         flat = np.zeros(size, np.float32)
@@ -220,20 +229,22 @@ def _cudnn_layout(ours: dict, c: ptb.LMConfig) -> dict:
     return params
 
 
-def _tiny_lm(connectivity: str):
+def _tiny_lm(connectivity: str, dropout_rate: float = 0.0):
     """A 3-layer tiny LM config, our model, a (4, 6) batch of tokens and our parameters."""
     c = dataclasses.replace(ptb.CONFIGS["tiny"], connectivity=connectivity, num_layers=3,
-                            vocab_size=50)
+                            vocab_size=50, dropout_rate=dropout_rate)
     model = lm.make_model(c)
     tokens, _ = _batch(50, 4, 6)
     return c, model, tokens, model.init(jax.random.key(0), tokens, model.zero_carries(4))["params"]
 
 
-@pytest.mark.parametrize("connectivity", ["stacked", "dense"])
-def test_cudnn_peer_computes_our_language_model(connectivity):
+@pytest.mark.parametrize(("connectivity", "dropout_rate"),
+                         [("stacked", 0.0), ("stacked", 0.5), ("dense", 0.5)])
+def test_cudnn_peer_computes_our_language_model(connectivity, dropout_rate):
     """The GPU peer on JAX's reference of cuDNN's LSTM, given our weights, computes our LM:
-    per-token NLL and carries, over two windows (the carries thread through)."""
-    c, model, tokens, ours = _tiny_lm(connectivity)
+    per-token NLL and carries, over two windows (the carries thread through). A stacked LM
+    with dropout is called layer by layer (``peers.cudnn_calls``)."""
+    c, model, tokens, ours = _tiny_lm(connectivity, dropout_rate)
     peer = peers.FlaxLSTMLM(c.vocab_size, c.embed_size, c.hidden_size, c.num_layers,
                             connectivity, c.dropout_rate, c.init_scale, peers.lstm_reference)
     theirs = _cudnn_layout(ours, c)

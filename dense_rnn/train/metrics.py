@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
-from tensorboardX import SummaryWriter
 
 from dense_rnn.errors import UserError
 from dense_rnn.files import atomic_write
@@ -85,6 +84,8 @@ class MetricsWriter:
         self.path = os.path.join(workdir, "metrics.jsonl")
         self.records = self._read(resume_step)
         atomic_write(self.path, "".join(json.dumps(r) + "\n" for r in self.records))
+        from tensorboardX import SummaryWriter  # here: importing the trainers needs no writer
+
         # TensorBoard hides events at steps >= purge_step: the kept records end at resume_step.
         self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"),
                                  purge_step=resume_step + 1)
