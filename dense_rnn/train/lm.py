@@ -224,10 +224,10 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
         state, progress = ckpt.resume(state, Progress())
         finished = checkpoint.finished_because(progress.done, progress.epoch, c.max_epochs,
                                                progress.global_step, c.max_steps)
-        warning = check_sizes and not hf_dataset and ptb.size_warning(corpus)
-        if ckpt.latest_step() is None and warning:  # once, when the run starts
-            log(warning)
-        if ckpt.latest_step() is not None:
+        if ckpt.latest_step() is None:  # the sizes are checked once, when the run starts
+            if check_sizes and not hf_dataset and (warning := ptb.size_warning(corpus)):
+                log(warning)
+        else:
             log(checkpoint.resume_line(workdir, progress.global_step, progress.epoch,
                                        f"step {progress.step_in_epoch}/{steps_per_epoch}",
                                        finished))
