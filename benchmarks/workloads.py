@@ -257,7 +257,7 @@ def classifier_workload(c: ClassifierConfig, batch: int, time: int,
         gemm_flops=flops.matmul(*gemm_shape),
         impls={OURS: lambda: jax_impl(model),
                **{name: functools.partial(jax_impl, port) for name, port in ports.items()},
-               **torch_impls, f"{GEMM} xla": gemm_impls(*gemm_shape)[f"{GEMM} xla"]},
+               **torch_impls, **gemm_impls(*gemm_shape)},
     )
 
 
