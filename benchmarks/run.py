@@ -130,17 +130,18 @@ def build_steps(w, min_time: float) -> tuple[dict[str, Callable], dict[str, dict
         try:
             steps[name] = build()
             steps[name]()
+            setup_s = time.perf_counter() - t0
+            compile_s = None if "torch" in name else _compile_seconds[0] - c0
+            t0 = time.perf_counter()
+            steps[name]()
         except Exception as e:  # one peer's failure must not end the run
             if name == OURS:
                 raise
             steps.pop(name, None)
             out[name] = {"error": f"{type(e).__name__}: {(str(e).strip() or '-').splitlines()[0]}"}
-            print(f"{w.name}: {name} not timed ({out[name]['error']})", flush=True)
+            print(f"{w.name}: {name} not timed ({out[name]['error']})", file=sys.stderr,
+                  flush=True)
             continue
-        setup_s = time.perf_counter() - t0
-        compile_s = None if "torch" in name else _compile_seconds[0] - c0
-        t0 = time.perf_counter()
-        steps[name]()
         iters = max(1, round(min_time / max(time.perf_counter() - t0, 1e-6)))
         out[name] = {"compile_s": compile_s, "setup_s": setup_s, "iters": iters, "times": []}
     return steps, out
@@ -177,7 +178,9 @@ def serve(workload: str, impl: str, min_time: float) -> None:
 
     w = WORKLOADS[workload]()
     steps, out = build_steps(dataclasses.replace(w, impls={impl: w.impls[impl]}), min_time)
-    print(json.dumps({k: out[impl][k] for k in ("compile_s", "setup_s", "iters")}), flush=True)
+    print(json.dumps({k: v for k, v in out[impl].items() if k != "times"}), flush=True)
+    if "error" in out[impl]:
+        return
     for _ in sys.stdin:
         print(time_steps(steps[impl], out[impl]["iters"]), flush=True)
 
@@ -214,8 +217,9 @@ def time_isolated(workload: str, names: list[str], repeats: int,
                  "--min_time", str(min_time)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=worker_env(name))
             out[name] = {**json.loads(_reply(name, workers[name])), "times": []}
+        timed = [name for name in names if "error" not in out[name]]
         for r in range(repeats):
-            for name in _round_robin(names, r):
+            for name in _round_robin(timed, r):
                 workers[name].stdin.write("\n")
                 workers[name].stdin.flush()
                 out[name]["times"].append(float(_reply(name, workers[name])))
@@ -352,6 +356,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     unknown = [n for n in names if n not in WORKLOADS]
     if unknown:
         p.error(f"unknown workloads {', '.join(unknown)}; known: {', '.join(WORKLOADS)}")
+    if a.impls:
+        known = {k for n in names for k in WORKLOADS[n]().impls}
+        if bad := [k for k in a.impls.split(",") if k not in known]:
+            p.error(f"unknown implementations {', '.join(bad)} for these workloads; known: "
+                    f"{', '.join(sorted(known))}")
+    if (a.repeats is not None and a.repeats < 1) or (a.min_time is not None and a.min_time <= 0):
+        p.error("--repeats must be at least 1 and --min_time above 0")
     repeats = a.repeats or (3 if a.quick else 5)
     min_time = a.min_time or (0.1 if a.quick else 0.6)
     env = environment()

@@ -75,6 +75,31 @@ def test_a_peer_that_fails_is_left_out_with_its_error_and_results_are_kept(tmp_p
     assert (tmp_path / "results.json").exists()  # written after each workload
 
 
+def test_an_isolated_worker_replies_with_its_peers_error(monkeypatch, capsys):
+    def broken() -> None:
+        raise RuntimeError("no cuDNN kernel")
+
+    tiny = workloads.WORKLOADS["tiny_lm"]
+    monkeypatch.setitem(workloads.WORKLOADS, "tiny_lm", lambda: dataclasses.replace(
+        tiny(), impls={"jax cuDNN rnn.lstm": broken}))
+    run.serve("tiny_lm", "jax cuDNN rnn.lstm", 0.01)  # replies, then reads no stdin
+    out = capsys.readouterr()
+    assert out.out == '{"error": "RuntimeError: no cuDNN kernel"}\n'
+    assert "not timed" in out.err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--impls", "flax"], "unknown implementations flax for these workloads; known: "),
+    (["--repeats", "0"], "--repeats must be at least 1 and --min_time above 0"),
+    (["--min_time", "-1"], "--repeats must be at least 1 and --min_time above 0"),
+])
+def test_bad_options_are_usage_errors(capsys, args, message):
+    with pytest.raises(SystemExit) as e:
+        run.main(["--workloads", "tiny_lm", *args])
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
+
+
 def test_trainers_and_benchmarks_import_without_datasets_or_tensorboardx():
     """A GPU image with JAX, Flax and PyTorch but neither package runs the suite as is."""
     code = ("import sys; sys.modules['datasets'] = sys.modules['tensorboardX'] = None; "
