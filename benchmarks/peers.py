@@ -2,7 +2,7 @@
 
 * ``FlaxLSTMLM``: the PTB LMs built from Flax's own ``nn.RNN(nn.OptimizedLSTMCell)``, ``nn.Dense``
   and ``optax.softmax_cross_entropy_with_integer_labels``.
-* ``TorchLSTMLM``: the same LMs from PyTorch's ``nn.LSTM`` (cuDNN's LSTM on a GPU).
+* ``torch_lm``: the same LMs from PyTorch's ``nn.LSTM`` (cuDNN's LSTM on a GPU).
 * ``FlaxLSTMLM(..., lstm=rnn.lstm)``: the same LMs on ``jax.experimental.rnn.lstm``, JAX's
   cuDNN LSTM (GPU only).
 * ``FlaxDCBiLSTM`` (``flax_dc_bilstm_port``) / ``torch_dc_bilstm``: the DC-Bi-LSTM from

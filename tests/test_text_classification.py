@@ -562,17 +562,18 @@ def test_sweeps_and_single_runs_never_share_a_workdir(tmp_path):
 
 def test_size_warnings_unless_the_data_is_an_excerpt(tmp_path):
     """Local files of other sizes than the standard splits are warned about, unless the
-    caller says they are an excerpt (``check_sizes=False``, as the quickstart notebook)."""
+    caller says they are an excerpt (``check_sizes=False``, as the quickstart notebook), and
+    only when a run starts (a rerun, resumed or finished, has been warned)."""
     _synthetic_trec(tmp_path, n_train=40, n_test=8)
-    for check_sizes in (True, False):  # the second run only reports the finished one
+    for check_sizes, workdir, warned in ((True, "w", True), (True, "w", False),
+                                         (False, "v", False)):
         lines = []
-        _tiny_run(tmp_path, tmp_path / "w", log=lines.append, check_sizes=check_sizes)
+        _tiny_run(tmp_path, tmp_path / workdir, log=lines.append, check_sizes=check_sizes)
         warnings = [line for line in lines if line.startswith("warning:")]
         assert warnings == (["warning: trec train has 40 examples, the standard split 5,452: "
                              "is a file cut short, or another version of trec?",
                              "warning: trec test has 8 examples, the standard split 500: is a "
-                             "file cut short, or another version of trec?"] if check_sizes
-                            else [])
+                             "file cut short, or another version of trec?"] if warned else [])
 
 
 def test_resume_on_another_vocabulary_refused(tmp_path):

@@ -40,10 +40,10 @@ def _features(config: ClassifierConfig) -> tuple[int, ...]:
     return dense_features(*(config.model_args[k] for k in ("dl", "dh", "th")))
 
 
-def paper_param_count(config: ClassifierConfig, embed_size: int | None = None) -> int:
-    """``lstm_weight_count`` of a DC-Bi-LSTM config (``embed_size`` overrides the config's)."""
+def paper_param_count(config: ClassifierConfig) -> int:
+    """``lstm_weight_count`` of a DC-Bi-LSTM config."""
     a = config.model_args
-    return lstm_weight_count(embed_size or config.embed_size, a["dl"], a["dh"], a["th"])
+    return lstm_weight_count(config.embed_size, a["dl"], a["dh"], a["th"])
 
 
 def _config(name: str, dl: int, dh: int, th: int, paper: str) -> ClassifierConfig:

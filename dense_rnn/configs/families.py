@@ -2,7 +2,7 @@
 
 Light on purpose (no JAX): ``experiments.classify`` lists every config's model arguments
 before parsing its flags, and reports an unknown ``--config`` without loading the trainer.
-Every module in ``FAMILIES`` provides ``CONFIGS``, ``paper_param_count(config, embed_size)``
+Every module in ``FAMILIES`` provides ``CONFIGS``, ``paper_param_count(config)``
 and ``paper_accuracy(name, dataset)``.
 """
 

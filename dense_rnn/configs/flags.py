@@ -16,7 +16,8 @@ _Config = typing.TypeVar("_Config")
 
 
 def define_override_flags(cls: type, skip: tuple[str, ...] = ("name",)) -> list[str]:
-    """Defines ``--<field>`` (default: the config's value) for each scalar field of ``cls``."""
+    """Defines ``--<field>`` for each scalar field of ``cls``, with no default: only the
+    flags given on the command line override the config's values."""
     hints = typing.get_type_hints(cls)
     names = []
     for f in dataclasses.fields(cls):

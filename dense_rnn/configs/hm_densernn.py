@@ -168,9 +168,9 @@ def _layers(a: dict, embed_size: int) -> list[tuple[int, int, int]]:
     return [(embed_size if i == 0 else h, 1, gates) for i in range(a["layers"])]
 
 
-def param_count(config: ClassifierConfig, embed_size: int | None = None) -> int:
+def param_count(config: ClassifierConfig) -> int:
     """Recurrent parameters our model holds (no embedding, no softmax)."""
-    a, d0 = config.model_args, embed_size or config.embed_size
+    a, d0 = config.model_args, config.embed_size
     h = a["features"]
     if a["net"] == "hornn":
         n = a.get("hornn_order", 2)
@@ -179,10 +179,10 @@ def param_count(config: ClassifierConfig, embed_size: int | None = None) -> int:
     return sum(g * (d * h + s * h * h + h) for d, s, g in _layers(a, d0))
 
 
-def paper_param_count(config: ClassifierConfig, embed_size: int | None = None) -> int:
+def paper_param_count(config: ClassifierConfig) -> int:
     """Table 2's convention: ``param_count`` plus PyTorch's second bias of RNN/GRU/LSTM and
     dense layers (none for the Gated HORNN)."""
     a = config.model_args
     extra = 0 if a["net"] == "hornn" else sum(
-        g * a["features"] for _, _, g in _layers(a, embed_size or config.embed_size))
-    return param_count(config, embed_size) + extra
+        g * a["features"] for _, _, g in _layers(a, config.embed_size))
+    return param_count(config) + extra

@@ -3,7 +3,7 @@
 Every dataset is read from its local files into Hugging Face ``datasets.Dataset`` objects
 with columns ``text`` (the raw line), ``tokens`` (Kim 2014 ``clean_str`` tokens, lower-cased
 for the case-insensitive GloVe) and ``label`` (int). ``DATASETS`` maps a dataset name to a
-``DatasetSpec``; other model families add their datasets to it.
+``DatasetSpec``, the HM-DenseRNN family's datasets (``hm_datasets``) among them.
 
 Datasets without a dev split take it from their training data: a fixed, seeded slice
 (``DEV_FRACTION``). MR and Subj have no test split either: 10-fold cross-validation over
@@ -133,7 +133,8 @@ def load_polarity(data_dir: str, sub: str, files: tuple[str, str], encoding: str
 def _tree_phrases(line: str) -> list[tuple[str, int]]:
     """All labelled phrases ``(text, label)`` of one PTB-style SST tree, root first. Tokens
     stay as written (``-LRB-``), so they clean as the ``stsa.*`` sentences' ``-lrb-`` do; a
-    line that is not exactly one closed tree raises ``ValueError``."""
+    line that is not exactly one closed tree raises ``ValueError`` (``IndexError`` where a
+    bracket closes nothing or a word comes before the first one)."""
     stack: list[tuple[int, list[str]]] = []
     out: list[tuple[str, int]] = []
     for tok in re.findall(r"\(|\)|[^\s()]+", line):

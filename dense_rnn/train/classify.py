@@ -11,7 +11,7 @@ accuracy. ``select="test"`` reports instead the best test accuracy seen during t
 (Ding et al.'s protocol, optimistic), and says so in every output.
 
 Config families: every module in ``FAMILIES`` (``dense_rnn/configs/families.py``) provides
-``CONFIGS``, ``paper_param_count(config, embed_size)`` and ``paper_accuracy(name, dataset)``.
+``CONFIGS``, ``paper_param_count(config)`` and ``paper_accuracy(name, dataset)``.
 """
 
 from __future__ import annotations
@@ -363,8 +363,10 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
     ``max_len > 0`` keeps only the first ``max_len`` tokens of every text; ``hf_dataset``
     reads the dataset from the Hugging Face hub (or a local dataset directory) instead of
     ``data_dir``; ``should_stop`` is ``train_split``'s. Local splits of other sizes than the
-    standard ones are warned about unless ``check_sizes`` is False (a deliberate excerpt)."""
+    standard ones are warned about when the run starts (an empty or new ``workdir``), unless
+    ``check_sizes`` is False (a deliberate excerpt)."""
     wall_start = time.time()
+    starts = not os.path.isdir(workdir) or not os.listdir(workdir)
     if select not in SELECTIONS:
         raise UserError(f"unknown --select={select!r}; use dev or test")
     spec = tc.get_dataset(dataset)
@@ -387,7 +389,7 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
         raw = tc.load_hub(hf_dataset, spec)
     else:
         raw = spec.load(data_dir)
-        if check_sizes:
+        if check_sizes and starts:
             for line in tc.size_warnings(dataset, spec, raw):
                 log(line)
     if max_len:
