@@ -154,7 +154,12 @@ def start(job: Job) -> subprocess.Popen | None:
     finished under this command)."""
     args = [*job.args, f"--embeddings={FLAGS.embeddings}"]
     if job.lr_from:
-        rate = runner.summary(FLAGS.root, job.lr_from)["learning_rate_chosen"]
+        sweep = runner.summary(FLAGS.root, job.lr_from)
+        rate = sweep.get("learning_rate_chosen")
+        if not isinstance(rate, int | float):
+            raise UserError(f"{FLAGS.root}/{job.lr_from}/summary.json is not a learning-rate "
+                            "sweep's summary (no learning_rate_chosen); delete it to rerun "
+                            "the sweep")
         args.append(f"--learning_rate={rate:g}")
     if FLAGS.data_dir:
         args.append(f"--data_dir={FLAGS.data_dir}")

@@ -52,12 +52,20 @@ def extra_args(values: Sequence[str]) -> list[str]:
 
 
 def summary(root: str, name: str) -> dict | None:
-    """The ``summary.json`` of run ``name``, or None while it has not finished."""
+    """The ``summary.json`` of run ``name``, or None while it has not finished; a file that
+    is not a JSON object is a ``UserError``."""
     path = os.path.join(root, name, "summary.json")
     if not os.path.exists(path):
         return None
-    with open(path) as f:
-        return json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            s = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        s = e
+    if not isinstance(s, dict):
+        raise UserError(f"{path} is not a run summary ({str(s)[:60]}); delete it and rerun "
+                        "the command to finish that run again")
+    return s
 
 
 def command_line(cmd: Sequence[str]) -> str:
@@ -109,15 +117,22 @@ def run_all(root: str, names: Sequence[str],
                 if len(running) >= parallel or received:
                     break
                 first = after.get(name)
-                if first and (first in failed or summary(root, first) is None):
-                    if first not in running and first not in pending:
-                        _log(f"skipped {name}: {first} failed")
-                        failed[name] = f"skipped: {first} failed"
+                try:  # bad input of one run (a damaged summary.json) fails that run alone
+                    if first and (first in failed or summary(root, first) is None):
+                        if first not in running and first not in pending:
+                            _log(f"skipped {name}: {first} failed")
+                            failed[name] = f"skipped: {first} failed"
+                            pending.remove(name)
+                        continue
+                    pending.remove(name)
+                    log_from = _size(os.path.join(root, name, "train.log"))
+                    proc = start(name)
+                except UserError as e:
+                    _log(f"not started {name}: {e}")
+                    failed[name] = f"not started: {e}"
+                    if name in pending:
                         pending.remove(name)
                     continue
-                pending.remove(name)
-                log_from = _size(os.path.join(root, name, "train.log"))
-                proc = start(name)
                 if proc is None:
                     _log(f"{name} has finished (its summary.json is of this command)")
                 else:

@@ -56,7 +56,15 @@ def test_resume_after_a_kill_mid_line_drops_the_torn_line(tmp_path):
     assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 2
 
 
-def test_a_malformed_line_before_the_last_is_a_user_error(tmp_path):
-    (tmp_path / "metrics.jsonl").write_text('{"step": 10}\nnot json\n{"step": 20}\n')
-    with pytest.raises(UserError, match=r"metrics.jsonl line 2 is not JSON; repair or delete"):
+@pytest.mark.parametrize("line", ["not json", "null", "[]", "{}", '{"step": "10"}'])
+def test_a_malformed_line_before_the_last_is_a_user_error(tmp_path, line):
+    (tmp_path / "metrics.jsonl").write_text(f'{{"step": 10}}\n{line}\n{{"step": 20}}\n')
+    with pytest.raises(UserError, match=r"metrics.jsonl line 2 is not an evaluation record; "
+                                        "repair or delete"):
+        MetricsWriter(str(tmp_path), resume_step=20)
+
+
+def test_a_file_that_is_not_utf8_is_a_user_error(tmp_path):
+    (tmp_path / "metrics.jsonl").write_bytes(b'{"step": 10}\n\xff\xfe\n')
+    with pytest.raises(UserError, match=r"metrics.jsonl is not UTF-8 text; repair or delete"):
         MetricsWriter(str(tmp_path), resume_step=20)

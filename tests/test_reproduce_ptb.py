@@ -72,3 +72,25 @@ def test_a_failed_run_is_reported_with_its_error(tmp_path):
             f"--data_dir=DIR holding ptb.train.txt, ptb.valid.txt and ptb.test.txt; its log: "
             f"{log})") in r.stdout
     one_line_error(r, "1 run(s) did not finish: tiny (exit 2)")
+
+
+def test_a_damaged_summary_is_one_error_line(tmp_path):
+    (tmp_path / "zaremba_small").mkdir()
+    (tmp_path / "zaremba_small" / "summary.json").write_text('{"num_params": 46')
+    one_line_error(reproduce("--report_only", f"--root={tmp_path}", "--configs=zaremba_small"),
+                   f"{tmp_path / 'zaremba_small' / 'summary.json'} is not a run summary")
+
+
+def test_bad_input_of_one_run_fails_that_run_alone(tmp_path):
+    """A run whose start raises ``UserError`` (a sweep's damaged summary, say) is reported
+    as failed; the others run."""
+    from dense_rnn.errors import UserError
+    from experiments import runner
+
+    def start(name):
+        if name == "bad":
+            raise UserError("its sweep's summary.json is damaged")
+        return None  # finished already
+
+    failed = runner.run_all(str(tmp_path), ["bad", "good"], start, parallel=1)
+    assert failed == ["bad (not started: its sweep's summary.json is damaged)"]

@@ -75,6 +75,15 @@ def not_finite_error(loss: float, where: str, workdir: str, good_step: int | Non
     return UserError(f"{what} is {loss} {where}; {advice}")
 
 
+def _record(line: str) -> dict[str, Any] | None:
+    """The evaluation record on ``line`` (a JSON object with an integer ``step``), or None."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return row if isinstance(row, dict) and isinstance(row.get("step"), int) else None
+
+
 class MetricsWriter:
     """Appends evaluation records to ``metrics.jsonl`` (resume-safe: records past the resume
     step, and a last line cut short by a kill, are dropped first) and mirrors scalars to
@@ -93,16 +102,20 @@ class MetricsWriter:
     def _read(self, resume_step: int) -> list[dict[str, Any]]:
         if not os.path.exists(self.path):
             return []
-        with open(self.path) as f:
-            lines = [line for line in f if line.strip()]
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                lines = [line for line in f if line.strip()]
+        except UnicodeDecodeError:
+            raise UserError(f"{self.path} is not UTF-8 text; repair or delete it to "
+                            "resume") from None
         rows = []
         for n, line in enumerate(lines, 1):
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                if n < len(lines):  # only the last line can be torn by a kill
-                    raise UserError(f"{self.path} line {n} is not JSON; repair or delete "
-                                    "that line to resume") from None
+            row = _record(line)
+            if row is not None:
+                rows.append(row)
+            elif n < len(lines):  # only the last line can be torn by a kill
+                raise UserError(f"{self.path} line {n} is not an evaluation record; repair "
+                                "or delete that line to resume")
         return [r for r in rows if r["step"] <= resume_step]
 
     def write(self, record: dict[str, Any]) -> None:
