@@ -6,18 +6,26 @@ and its failures (no connection, unknown name, no data files) as one-line ``User
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import datasets
 from huggingface_hub.utils import logging as hub_logging
 
 from dense_rnn.errors import UserError
 
 
+def quiet() -> ModuleType:
+    """``datasets``, with its progress bars off and its logging at errors only."""
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()
+    return datasets
+
+
 def load(name: str) -> datasets.DatasetDict:
     """Every split of the dataset ``name``: a hub name such as ``fancyzhx/ag_news``, with
     ``:CONFIG`` for a dataset of several configs (``nyu-mll/glue:sst2``), or a directory of
     ``train``/``validation``/``test`` data files."""
-    datasets.disable_progress_bars()
-    datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # failures come as UserError
+    quiet().logging.set_verbosity(datasets.logging.CRITICAL)  # failures come as UserError
     hub_logging.set_verbosity_error()
     try:
         ds = datasets.load_dataset(*name.split(":", 1))

@@ -56,13 +56,10 @@ def _check_text_file(path: str) -> None:
 
 
 def _load_lines(data_dir: str | None, hf_dataset: str | None) -> dict[str, list[str]]:
-    import datasets
+    from dense_rnn.data import hub  # here: Hugging Face datasets only when data is read
 
-    datasets.disable_progress_bars()
-    datasets.logging.set_verbosity_error()
+    datasets = hub.quiet()
     if hf_dataset:
-        from dense_rnn.data import hub
-
         ds = hub.load(hf_dataset)
         names = {"train": "train", "valid": "validation", "test": "test"}
         if set(names.values()) - set(ds) or not {"sentence", "text"} & set(

@@ -43,10 +43,9 @@ Splits = dict[str, "datasets.Dataset"]
 def _hf() -> ModuleType:
     """Hugging Face ``datasets``, imported on first use: the models and training steps
     import this module and run without it (the GPU benchmarks do)."""
-    import datasets
+    from dense_rnn.data import hub
 
-    datasets.disable_progress_bars()
-    return datasets
+    return hub.quiet()
 
 
 def clean_str(s: str) -> str:
