@@ -606,3 +606,13 @@ def test_predict_keeps_the_runs_max_len(tmp_path):
     assert words == 6
     full, _, _ = classify_infer.predict(dataclasses.replace(trained, max_len=0), texts)
     assert not np.array_equal(full[0], full[1])  # the cut matters for these texts
+
+
+@pytest.mark.parametrize("name", ["mr", "subj", "sst1", "sst2", "trec", "sst5"])
+def test_each_loader_tokenises_as_its_spec_says(data_dir, name):
+    """A dataset's local loader and its ``DatasetSpec.clean`` (what hub loads and the
+    inference binary tokenise with) give the same tokens."""
+    spec = tc.get_dataset(name)
+    for split, ds in spec.load(data_dir).items():
+        rows = ds.select(range(min(50, len(ds))))
+        assert [spec.clean(t).split() for t in rows["text"]] == rows["tokens"], split
