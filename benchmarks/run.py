@@ -356,8 +356,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     unknown = [n for n in names if n not in WORKLOADS]
     if unknown:
         p.error(f"unknown workloads {', '.join(unknown)}; known: {', '.join(WORKLOADS)}")
+    workloads = {n: WORKLOADS[n]() for n in names}
     if a.impls:
-        known = {k for n in names for k in WORKLOADS[n]().impls}
+        known = {k for w in workloads.values() for k in w.impls}
         if bad := [k for k in a.impls.split(",") if k not in known]:
             p.error(f"unknown implementations {', '.join(bad)} for these workloads; known: "
                     f"{', '.join(sorted(known))}")
@@ -373,8 +374,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
               "PyTorch's index, then pip install -e '.[bench]'): its rows are skipped",
               flush=True)
     results = []
-    for name in names:
-        w = WORKLOADS[name]()
+    for name, w in workloads.items():
         if not has_torch:
             w = dataclasses.replace(w, impls={k: v for k, v in w.impls.items()
                                               if "torch" not in k})

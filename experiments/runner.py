@@ -60,11 +60,12 @@ def summary(root: str, name: str) -> dict | None:
     try:
         with open(path, encoding="utf-8") as f:
             s = json.load(f)
+        why = None if isinstance(s, dict) else f"a JSON {type(s).__name__}"
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        s = e
-    if not isinstance(s, dict):
-        raise UserError(f"{path} is not a run summary ({str(s)[:60]}); delete it and rerun "
-                        "the command to finish that run again")
+        why = str(e)[:60]
+    if why:
+        raise UserError(f"{path} is not a run summary ({why}); delete it and rerun the "
+                        "command to finish that run again")
     return s
 
 
@@ -117,22 +118,22 @@ def run_all(root: str, names: Sequence[str],
                 if len(running) >= parallel or received:
                     break
                 first = after.get(name)
+                log_from = _size(os.path.join(root, name, "train.log"))
                 try:  # bad input of one run (a damaged summary.json) fails that run alone
-                    if first and (first in failed or summary(root, first) is None):
-                        if first not in running and first not in pending:
-                            _log(f"skipped {name}: {first} failed")
-                            failed[name] = f"skipped: {first} failed"
-                            pending.remove(name)
-                        continue
-                    pending.remove(name)
-                    log_from = _size(os.path.join(root, name, "train.log"))
-                    proc = start(name)
+                    waits = bool(first) and (first in failed or summary(root, first) is None)
+                    proc = None if waits else start(name)
                 except UserError as e:
                     _log(f"not started {name}: {e}")
                     failed[name] = f"not started: {e}"
-                    if name in pending:
+                    pending.remove(name)
+                    continue
+                if waits:
+                    if first not in running and first not in pending:
+                        _log(f"skipped {name}: {first} failed")
+                        failed[name] = f"skipped: {first} failed"
                         pending.remove(name)
                     continue
+                pending.remove(name)
                 if proc is None:
                     _log(f"{name} has finished (its summary.json is of this command)")
                 else:

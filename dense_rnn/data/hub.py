@@ -25,7 +25,8 @@ def load(name: str) -> datasets.DatasetDict:
     """Every split of the dataset ``name``: a hub name such as ``fancyzhx/ag_news``, with
     ``:CONFIG`` for a dataset of several configs (``nyu-mll/glue:sst2``), or a directory of
     ``train``/``validation``/``test`` data files."""
-    quiet().logging.set_verbosity(datasets.logging.CRITICAL)  # failures come as UserError
+    quiet()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # failures come as UserError
     hub_logging.set_verbosity_error()
     try:
         ds = datasets.load_dataset(*name.split(":", 1))
