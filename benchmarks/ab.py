@@ -90,6 +90,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--repeats", type=int, default=15, help="round-robin repeats")
     p.add_argument("--min_time", type=float, default=0.3, help="seconds per timed repeat")
     a = p.parse_args(argv)
+    if a.repeats < 1 or a.min_time <= 0:
+        p.error("--repeats must be at least 1 and --min_time above 0")
     tmp = tempfile.mkdtemp(prefix="dense_rnn_ab_")
     try:
         export_base(a.base, tmp)

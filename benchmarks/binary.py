@@ -6,7 +6,11 @@ Each repeat runs ``python -m experiments.ptb_lm --config=CONFIG --max_steps=N
 --log_every_steps=L --num_devices=1`` in a fresh workdir (a subprocess; the binary logs
 tokens/s of wall clock over every L steps, input pipeline, logging and mid-epoch checkpoints
 included, the compiling first step left out) and takes the median of its logged rates;
-then it times each implementation's step in this process, as ``benchmarks.run`` does.
+then it times each implementation's step in this process, as ``benchmarks.run`` does. The
+binary gets the environment this command was given, without the settings the suite adds for
+its own peers. It dispatches steps ahead and waits once a logged window, where the suite's
+steps each run to completion: on a CPU the two are the same, on a GPU the binary's rate
+also shows the host work it overlaps.
 Reported per repeat and as the median over repeats: the binary's rate, each
 implementation's, and the binary's rate over each.
 """
@@ -33,6 +37,9 @@ RATE = re.compile(r"([\d,]+) tok/s")
 # Config fields --binary_flags may set: they leave each training step's work as it is.
 SAME_WORK = ("learning_rate", "max_grad_norm", "checkpoint_every_steps", "max_epochs",
              "early_stopping_patience", "eval_batch_size", "seed")
+# Flags of the binary that this command sets itself, or that would stop it from training.
+OWN_FLAGS = ("config", "workdir", "max_steps", "log_every_steps", "num_devices", "data_dir",
+             "mode", "dry_run")
 
 
 def binary_rate(config: str, steps: int, log_every: int, flags: list[str]) -> float:
@@ -41,7 +48,8 @@ def binary_rate(config: str, steps: int, log_every: int, flags: list[str]) -> fl
         proc = subprocess.run(
             [sys.executable, "-m", "experiments.ptb_lm", f"--config={config}",
              f"--max_steps={steps}", f"--log_every_steps={log_every}", "--num_devices=1",
-             f"--workdir={workdir}", *flags], capture_output=True, text=True, check=False)
+             f"--workdir={workdir}", *flags], capture_output=True, text=True, check=False,
+            env=run.user_env())
     if proc.returncode:
         lines = proc.stderr.strip().splitlines()
         raise UserError(f"experiments.ptb_lm failed: {lines[-1] if lines else proc.returncode}")
@@ -67,6 +75,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--binary_flags", default="",
                    help="more flags for the binary, one string: --binary_flags=\"--a=1 --b=2\"")
     a = p.parse_args(argv)
+    if min(a.steps, a.log_every, a.repeats) < 1 or a.min_time <= 0:
+        p.error("--steps, --log_every and --repeats must be at least 1 and --min_time above 0")
     if a.config not in ptb.CONFIGS:
         raise UserError(f"unknown config {a.config!r}; known: {', '.join(ptb.CONFIGS)}")
     w = lm_workload(a.config)
@@ -76,8 +86,12 @@ def main(argv: list[str] | None = None) -> dict:
     if unknown:
         raise UserError(f"unknown implementations {unknown}; known: {', '.join(known)}")
     extra = shlex.split(a.binary_flags)
+    names_of = {f: f.split("=")[0].lstrip("-") for f in extra}
+    if own := [f for f, n in names_of.items() if n in OWN_FLAGS]:
+        p.error(f"--binary_flags: {' '.join(own)} cannot be given there: this command sets "
+                "the binary's config, workdir, data, steps and logging itself, and trains")
     fields = {f.name for f in dataclasses.fields(ptb.LMConfig)} - set(SAME_WORK)
-    changing = [f for f in extra if f.split("=")[0].lstrip("-").removeprefix("no") in fields]
+    changing = [f for f, n in names_of.items() if n.removeprefix("no") in fields]
     if changing:
         raise UserError(f"--binary_flags: {' '.join(changing)} would change the model, its "
                         "shape or its step, and the implementations timed beside the binary "

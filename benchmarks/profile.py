@@ -134,6 +134,8 @@ def main(argv: list[str] | None = None) -> str:
     p.add_argument("--top", type=int, default=25, help="kernels listed by time per step")
     p.add_argument("--min_ms", type=float, default=0.2, help="timeline threshold")
     a = p.parse_args(argv)
+    if a.steps < 1 or a.top < 1:
+        p.error("--steps and --top must be at least 1")
     impls = WORKLOADS[a.workload]().impls
     if a.impl not in impls:
         p.error(f"--impl must be one of {', '.join(impls)}")
@@ -143,7 +145,8 @@ def main(argv: list[str] | None = None) -> str:
     if "torch" in a.impl:
         out = torch_report(step, a.steps, a.top)
     else:
-        out = report(trace_steps(step, a.steps), a.top, a.min_ms, step.hlo_text())
+        hlo = step.hlo_text() if hasattr(step, "hlo_text") else None  # not on rooflines
+        out = report(trace_steps(step, a.steps), a.top, a.min_ms, hlo)
     print(out)
     return out
 

@@ -123,7 +123,9 @@ def lm_workload(name: str, train: bool = True, dtype: str = "float32") -> Worklo
     key = jax.random.key(c.seed)
 
     def jax_impl(model) -> Step:
-        params = model.init(key, jnp.asarray(x), _zero_carries(c, batch))["params"]
+        # one compiled computation, as the binary's ``lm.init_params``: eagerly, every
+        # operation of the model's first call would compile on its own
+        params = jax.jit(model.init)(key, x, _zero_carries(c, batch))["params"]
         if not train:
             eval_step = lm.make_eval_step(model, dtype)
 
