@@ -6,11 +6,11 @@ Each repeat runs ``python -m experiments.ptb_lm --config=CONFIG --max_steps=N
 --log_every_steps=L --num_devices=1`` in a fresh workdir (a subprocess; the binary logs
 tokens/s of wall clock over every L steps, input pipeline, logging and mid-epoch checkpoints
 included, the compiling first step left out) and takes the median of its logged rates;
-then it times each implementation's step in this process, as ``benchmarks.run`` does. The
-binary gets the environment this command was given, without the settings the suite adds for
-its own peers. It dispatches steps ahead and waits once a logged window, where the suite's
-steps each run to completion: on a CPU the two are the same, on a GPU the binary's rate
-also shows the host work it overlaps.
+then it times each implementation's step, each in a worker process of its own, as
+``benchmarks.run`` does (PyTorch with OpenMP's default wait policy). The binary gets the
+environment this command was given, without the settings the suite adds for its own peers.
+It dispatches steps ahead and waits once a logged window, where the suite waits for every
+step, so its rate also gains the host work it overlaps with the computation.
 Reported per repeat and as the median over repeats: the binary's rate, each
 implementation's, and the binary's rate over each.
 """
@@ -98,14 +98,15 @@ def main(argv: list[str] | None = None) -> dict:
                         "run the config as it is; pick another config")
     flags = [f"--data_dir={a.data_dir}", *extra]
     print(json.dumps(run.environment()), flush=True)
-    steps, timing = run.build_steps(
-        dataclasses.replace(w, impls={n: w.impls[n] for n in names}), a.min_time)
-    rates: dict[str, list[float]] = {"binary": [], **{n: [] for n in steps}}
-    for _ in range(a.repeats):
-        rates["binary"].append(binary_rate(a.config, a.steps, a.log_every, flags))
-        for name, step in steps.items():
-            rates[name].append(w.items / run.time_steps(step, timing[name]["iters"]))
-    cols = list(steps)
+    rates: dict[str, list[float]] = {"binary": [], **{n: [] for n in names}}
+    with run.Workers(a.config, names, a.min_time) as workers:
+        if failed := [f"{n}: {i['error']}" for n, i in workers.info.items() if "error" in i]:
+            raise UserError(f"could not build {'; '.join(failed)}")
+        for _ in range(a.repeats):
+            rates["binary"].append(binary_rate(a.config, a.steps, a.log_every, flags))
+            for name in names:
+                rates[name].append(w.items / workers.time(name))
+    cols = names
     ratios = {n: [b / x for b, x in zip(rates["binary"], rates[n], strict=True)] for n in cols}
     lines = ["| repeat | binary, tok/s | " + " | ".join(f"{n}, tok/s | binary / {n}"
                                                          for n in cols) + " |",

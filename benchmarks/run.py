@@ -1,7 +1,8 @@
-"""``python -m benchmarks.run [--quick] [--workloads a,b] [--isolated] [--out DIR]``: times
-every implementation of each workload in one process (``--isolated``: each in a process of its
-own), round-robin over repeats, and prints a Markdown table (and writes ``results.json`` /
-``table.md`` under ``--out``).
+"""``python -m benchmarks.run [--quick] [--workloads a,b] [--no-isolated] [--out DIR]``: times
+every implementation of each workload, each in a process of its own (PyTorch with OpenMP's
+default wait policy; ``--no-isolated`` and ``--quick``: all in this process), round-robin over
+repeats, and prints a Markdown table (and writes ``results.json`` / ``table.md`` under
+``--out``).
 
 Per implementation: median step time over the repeats and its spread ((max - min) /
 median), items/s, ours' speed as a multiple of it (the median over repeats of the paired
@@ -197,13 +198,19 @@ def time_workload(w, repeats: int, min_time: float) -> dict[str, dict]:
     return out
 
 
-def serve(workload: str, impl: str, min_time: float) -> None:
-    """Worker of ``--isolated``: builds one implementation, prints its compile time and
-    steps per timed set (JSON), then times one set per line read from stdin, printing
-    seconds per step."""
-    from benchmarks.workloads import WORKLOADS
+def build_workload(name: str):
+    """A workload of ``workloads.WORKLOADS`` by name, or the training step of any PTB config
+    (``benchmarks.binary``'s)."""
+    from benchmarks.workloads import WORKLOADS, lm_workload
 
-    w = WORKLOADS[workload]()
+    return WORKLOADS[name]() if name in WORKLOADS else lm_workload(name)
+
+
+def serve(workload: str, impl: str, min_time: float) -> None:
+    """Worker of ``Workers``: builds one implementation, prints its compile time and steps
+    per timed set (JSON), then times one set per line read from stdin, printing seconds per
+    step."""
+    w = build_workload(workload)
     steps, out = build_steps(dataclasses.replace(w, impls={impl: w.impls[impl]}), min_time)
     print(json.dumps({k: v for k, v in out[impl].items() if k != "times"}), flush=True)
     if "error" in out[impl]:
@@ -227,31 +234,54 @@ def worker_env(impl: str) -> dict[str, str]:
     return {**user_env({"OMP_WAIT_POLICY"}), _OMP_DEFAULT: "1"}
 
 
+class Workers:
+    """Each implementation of a workload in a process of its own (``--serve``), built one
+    after another; ``time(name)`` runs one timed set in that process while every other
+    worker waits on its pipe. The workers share this process's environment (the fast-malloc
+    settings), except that PyTorch keeps OpenMP's default wait policy. ``info[name]``: the
+    worker's compile time, set-up time and steps per set, or its error."""
+
+    def __init__(self, workload: str, names: list[str], min_time: float):
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.info: dict[str, dict] = {}
+        try:
+            for name in names:
+                self.procs[name] = subprocess.Popen(
+                    [sys.executable, "-m", "benchmarks.run", "--serve", workload, name,
+                     "--min_time", str(min_time)], stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE, text=True, env=worker_env(name))
+                self.info[name] = json.loads(_reply(name, self.procs[name]))
+        except BaseException:
+            self.close()
+            raise
+
+    def time(self, name: str) -> float:
+        """Seconds per step of one timed set."""
+        self.procs[name].stdin.write("\n")
+        self.procs[name].stdin.flush()
+        return float(_reply(name, self.procs[name]))
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            proc.stdin.close()
+            proc.wait()
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def time_isolated(workload: str, names: list[str], repeats: int,
                   min_time: float) -> dict[str, dict]:
-    """``time_workload`` with each implementation in a process of its own (``--serve``),
-    built one after another; a set runs only while every other worker waits on its pipe.
-    The workers share this process's environment (the fast-malloc settings), except that
-    PyTorch keeps OpenMP's default wait policy."""
-    workers: dict[str, subprocess.Popen] = {}
-    out = {}
-    try:
-        for name in names:
-            workers[name] = subprocess.Popen(
-                [sys.executable, "-m", "benchmarks.run", "--serve", workload, name,
-                 "--min_time", str(min_time)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=worker_env(name))
-            out[name] = {**json.loads(_reply(name, workers[name])), "times": []}
+    """``time_workload`` with each implementation in a process of its own (``Workers``)."""
+    with Workers(workload, names, min_time) as workers:
+        out = {name: {**workers.info[name], "times": []} for name in names}
         timed = [name for name in names if "error" not in out[name]]
         for r in range(repeats):
             for name in _round_robin(timed, r):
-                workers[name].stdin.write("\n")
-                workers[name].stdin.flush()
-                out[name]["times"].append(float(_reply(name, workers[name])))
-    finally:
-        for proc in workers.values():
-            proc.stdin.close()
-            proc.wait()
+                out[name]["times"].append(workers.time(name))
     return out
 
 
@@ -383,9 +413,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--memory", action=argparse.BooleanOptionalAction, default=None,
                    help="measure peak RSS in subprocesses (default: on, off with --quick)")
     p.add_argument("--out", help="directory for results.json and table.md")
-    p.add_argument("--isolated", action="store_true",
+    p.add_argument("--isolated", action=argparse.BooleanOptionalAction, default=None,
                    help="each implementation in a process of its own (PyTorch with OpenMP's "
-                        "default wait policy), still timed round-robin")
+                        "default wait policy), still timed round-robin (default: on, off "
+                        "with --quick)")
     p.add_argument("--probe", nargs=2, metavar=("WORKLOAD", "IMPL"), help=argparse.SUPPRESS)
     p.add_argument("--serve", nargs=2, metavar=("WORKLOAD", "IMPL"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -410,6 +441,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if a.out and os.path.exists(a.out) and not os.path.isdir(a.out):
         p.error(f"--out={a.out} is a file; give a directory (made if missing)")
     repeats = a.repeats or (3 if a.quick else 5)
+    isolated = not a.quick if a.isolated is None else a.isolated
     min_time = a.min_time or (0.1 if a.quick else 0.6)
     env = environment()
     print(json.dumps(env), flush=True)
@@ -427,7 +459,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             keep = {*a.impls.split(","), OURS}
             w = dataclasses.replace(w, impls={k: v for k, v in w.impls.items()
                                               if k in keep or k.startswith(GEMM)})
-        timings = (time_isolated(name, list(w.impls), repeats, min_time) if a.isolated
+        timings = (time_isolated(name, list(w.impls), repeats, min_time) if isolated
                    else time_workload(w, repeats, min_time))
         rows = summarise(w, timings)
         if a.memory or (a.memory is None and not a.quick):
@@ -441,7 +473,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         if a.out:  # after every workload: a run stopped part-way keeps what it measured
             os.makedirs(a.out, exist_ok=True)
             atomic_write(os.path.join(a.out, "results.json"), json.dumps(
-                {"environment": env, "argv": sys.argv, "results": results}, indent=1))
+                {"environment": env, "argv": sys.argv, "isolated": isolated,
+                 "results": results}, indent=1))
             atomic_write(os.path.join(a.out, "table.md"), table + "\n")
     print("\n" + table)
     return results

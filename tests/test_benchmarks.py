@@ -43,6 +43,15 @@ def test_isolated_times_each_implementation_in_its_own_process(capsys):
         assert r["compile_s"] is None if "torch" in name else 0 < r["compile_s"] <= r["setup_s"]
 
 
+def test_a_full_run_isolates_each_implementation_by_default(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(run, "time_isolated", lambda *a: calls.append(a) or {
+        n: {"times": [1.0], "compile_s": None, "setup_s": 0.0} for n in a[1]})
+    run.main(["--workloads", "tiny_lm", "--repeats", "1", "--no-memory", "--out", str(tmp_path)])
+    assert calls and calls[0][0] == "tiny_lm"
+    assert json.loads((tmp_path / "results.json").read_text())["isolated"] is True
+
+
 def test_ours_x_is_the_median_paired_ratio_with_its_range():
     w = SimpleNamespace(flops=1e9, gemm_flops=1e9, items=100)
     timings = {  # a drift that slows both alike cancels in the paired ratios
@@ -74,7 +83,8 @@ def test_a_peer_that_fails_is_left_out_with_its_error_and_results_are_kept(tmp_p
     monkeypatch.setitem(workloads.WORKLOADS, "tiny_lm", lambda: dataclasses.replace(
         tiny(), impls={**tiny().impls, "jax cuDNN rnn.lstm": broken}))
     (res,) = run.main(["--workloads", "tiny_lm", "--repeats", "1", "--min_time", "0.01",
-                       "--impls", "jax cuDNN rnn.lstm", "--no-memory", "--out", str(tmp_path)])
+                       "--impls", "jax cuDNN rnn.lstm", "--no-memory", "--no-isolated",
+                       "--out", str(tmp_path)])
     assert res["not_timed"] == {"jax cuDNN rnn.lstm": "RuntimeError: no cuDNN kernel"}
     impls = {r["impl"] for r in res["rows"]}
     assert "ours" in impls and "jax cuDNN rnn.lstm" not in impls
