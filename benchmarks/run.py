@@ -37,7 +37,7 @@ from dense_rnn.platform import FAST_MALLOC_ENV
 # in _SUITE_SET, which the fast-malloc re-exec and subprocesses inherit, so that a process
 # can tell them from the user's and take them out again (``user_env``).
 _SUITE_SET = "DENSE_RNN_BENCH_SET"
-_OMP_DEFAULT = "DENSE_RNN_BENCH_OMP_DEFAULT"  # set by --isolated for PyTorch's worker
+_OMP_DEFAULT = "DENSE_RNN_BENCH_OMP_DEFAULT"  # set for PyTorch's worker process
 
 
 def _suite_set() -> set[str]:
@@ -51,8 +51,9 @@ def _set_default(name: str, value: str) -> None:
 
 
 # PyTorch's OpenMP threads otherwise spin after each parallel region, competing with XLA's
-# threads in this process (and with other load): 2-10x slower, erratic PyTorch steps. With
-# --isolated, PyTorch runs alone in its process and keeps OpenMP's default policy.
+# threads in one process (and with other load): 2-10x slower, erratic PyTorch steps. The
+# policy slows PyTorch's own steps too, so by default PyTorch runs in a worker process of its
+# own (``Workers``) with OpenMP's default policy.
 if not os.environ.get(_OMP_DEFAULT):
     _set_default("OMP_WAIT_POLICY", "PASSIVE")
 # On a GPU, JAX would otherwise take 75% of its memory up front, leaving PyTorch the rest.
@@ -227,7 +228,7 @@ def _reply(name: str, proc: subprocess.Popen) -> str:
 
 
 def worker_env(impl: str) -> dict[str, str]:
-    """An ``--isolated`` worker's environment: this process's, except that PyTorch's keeps
+    """A worker's environment: this process's, except that PyTorch's keeps
     OpenMP's default wait policy (unless the user set one)."""
     if "torch" not in impl or "OMP_WAIT_POLICY" not in _suite_set():
         return dict(os.environ)
