@@ -106,14 +106,13 @@ def main(argv: list[str] | None = None) -> dict:
             rates["binary"].append(binary_rate(a.config, a.steps, a.log_every, flags))
             for name in names:
                 rates[name].append(w.items / workers.time(name))
-    cols = names
-    ratios = {n: [b / x for b, x in zip(rates["binary"], rates[n], strict=True)] for n in cols}
+    ratios = {n: [b / x for b, x in zip(rates["binary"], rates[n], strict=True)] for n in names}
     lines = ["| repeat | binary, tok/s | " + " | ".join(f"{n}, tok/s | binary / {n}"
-                                                         for n in cols) + " |",
-             "|" + " --- |" * (2 + 2 * len(cols))]
+                                                         for n in names) + " |",
+             "|" + " --- |" * (2 + 2 * len(names))]
     for r in [*range(a.repeats), None]:
         pick = statistics.median if r is None else (lambda v, r=r: v[r])
-        cells = [f"{pick(rates[n]):,.0f} | {pick(ratios[n]):.2f}" for n in cols]
+        cells = [f"{pick(rates[n]):,.0f} | {pick(ratios[n]):.2f}" for n in names]
         lines.append(f"| {'median' if r is None else r + 1} | {pick(rates['binary']):,.0f} | "
                      + " | ".join(cells) + " |")
     print(f"\n{a.config}: the binary {a.steps} steps a run, its rate logged every "

@@ -302,18 +302,18 @@ def summarise(w, timings: dict[str, dict]) -> list[dict]:
 
     rows = []
     for name, t in timed.items():
-        med = statistics.median(t["times"])
-        work = w.gemm_flops if name.startswith(GEMM) else w.flops
+        med, roofline = statistics.median(t["times"]), name.startswith(GEMM)
+        work = w.gemm_flops if roofline else w.flops
         frac, frac_range = paired([work / x / roof for x, roof in zip(t["times"], roofs,
                                                                     strict=True)])
         ours_x = ours_x_range = None
-        if not name.startswith(GEMM):
+        if not roofline:
             ours_x, ours_x_range = paired([a / b for a, b in zip(t["times"],
                                                                  timings[OURS]["times"],
                                                                  strict=True)])
         rows.append({"impl": name, "step_ms": 1e3 * med,
                      "spread": (max(t["times"]) - min(t["times"])) / med,
-                     "rate": None if name.startswith(GEMM) else w.items / med,
+                     "rate": None if roofline else w.items / med,
                      "gflops": work / med / 1e9, "gemm_frac": frac, "gemm_frac_range": frac_range,
                      "ours_x": ours_x, "ours_x_range": ours_x_range,
                      "compile_s": t["compile_s"], "setup_s": t["setup_s"],
