@@ -119,10 +119,11 @@ def lm_workload(name: str, train: bool = True, dtype: str = "float32") -> Worklo
     under ``torch.autocast``."""
     c = ptb.CONFIGS[name]
     batch, time = (c.batch_size if train else c.eval_batch_size), c.num_steps
-    x, y = _lm_data(c, batch, time)
+    xs, ys = _lm_data(c, batch, time)
     key = jax.random.key(c.seed)
 
     def jax_impl(model) -> Step:
+        x, y = jax.device_put((xs, ys))  # on the device once, as PyTorch's tensors are
         # one compiled computation, as the binary's ``lm.init_params``: eagerly, every
         # operation of the model's first call would compile on its own
         params = jax.jit(model.init)(key, x, _zero_carries(c, batch))["params"]
@@ -152,7 +153,7 @@ def lm_workload(name: str, train: bool = True, dtype: str = "float32") -> Worklo
         dev, sync = torch_device()
         model = peers.torch_lm(c.vocab_size, c.embed_size, c.hidden_size, c.num_layers,
                                c.connectivity, c.dropout_rate).to(dev)
-        tx, ty = (torch.from_numpy(a).long().to(dev) for a in (x, y))
+        tx, ty = (torch.from_numpy(a).long().to(dev) for a in (xs, ys))
         n_lstm = len(model.lstms)
         layers = 1 if c.connectivity == "dense" else c.num_layers
         carries = [(torch.zeros(layers, batch, c.hidden_size, device=dev),) * 2
@@ -218,16 +219,17 @@ def classifier_workload(c: ClassifierConfig, batch: int, time: int,
     model = classify.make_model(c, vocab_size, num_classes)
 
     def jax_impl(apply_model) -> Step:
+        on_device = jax.device_put(data)  # on the device once, as PyTorch's tensors are
         params = classify.init_params(model, jax.random.key(c.seed))
         tx = classify.make_optimizer(c, params)
         train_step, _ = classify.make_steps(apply_model, tx, c)
 
         def fn(p, o, i):
-            p, o, loss, _ = train_step(p, o, data, i)
+            p, o, loss, _ = train_step(p, o, on_device, i)
             return [p, o, i + 1], loss
 
         return _jax_loop(fn, [params, tx.init(params), 0],
-                         lambda st: train_step.lower(st[0], st[1], data, st[2]).compile())
+                         lambda st: train_step.lower(st[0], st[1], on_device, st[2]).compile())
 
     def torch_impl() -> Step:
         import torch
