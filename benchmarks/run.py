@@ -321,9 +321,26 @@ def summarise(w, timings: dict[str, dict]) -> list[dict]:
     return rows
 
 
+def _device_mb(impl: str) -> Callable[[], float] | None:
+    """On a GPU, a function giving the accelerator memory (MB) that ``impl``'s library has
+    allocated at its peak so far (PyTorch's allocator for PyTorch rows, JAX's otherwise);
+    ``None`` on a CPU, where the host RSS is the whole story."""
+    import jax
+
+    if jax.default_backend() != "gpu":
+        return None
+    if "torch" in impl:
+        import torch
+
+        return lambda: torch.cuda.max_memory_allocated() / 2**20
+    device = jax.devices()[0]
+    return lambda: device.memory_stats()["peak_bytes_in_use"] / 2**20
+
+
 def probe(workload: str, impl: str) -> None:
-    """Subprocess mode: peak RSS growth (MB) of building ``impl`` and running 3 steps. JAX's
-    backend and PyTorch are loaded first, so no row counts a library's own start-up."""
+    """Subprocess mode: peak RSS growth (MB) of building ``impl`` and running 3 steps, and on
+    a GPU the peak of the accelerator memory it allocated. JAX's backend and PyTorch are
+    loaded first, so no row counts a library's own start-up."""
     import jax
 
     from benchmarks.workloads import WORKLOADS
@@ -332,32 +349,42 @@ def probe(workload: str, impl: str) -> None:
     jax.devices()
     if "torch" in impl:
         import torch  # noqa: F401
+    device_mb = _device_mb(impl)
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # resets the high-water mark VmHWM to the current RSS
     base = _status_mb("VmRSS")
     step = w.impls[impl]()
     for _ in range(3):
         step()
-    print(json.dumps({"rss_mb": _status_mb("VmHWM") - base}))
+    print(json.dumps({"rss_mb": _status_mb("VmHWM") - base,
+                      "device_mb": device_mb and device_mb()}))
 
 
-def peak_rss(workload: str, impl: str) -> float | None:
+def peak_memory(workload: str, impl: str) -> dict[str, float | None]:
+    """``probe``'s measurements of ``impl`` in a fresh process; empty if it failed."""
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.run", "--probe", workload, impl],
         capture_output=True, text=True, check=False)
     if proc.returncode:
         print(f"memory probe {workload}/{impl} failed: {proc.stderr[-500:]}", file=sys.stderr)
-        return None
-    return json.loads(proc.stdout.strip().splitlines()[-1])["rss_mb"]
+        return {}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def _fmt(v: float | None, spec: str) -> str:
     return "—" if v is None else format(v, spec)
 
 
+def _memory(row: dict) -> str:
+    """The peak memory cell: host RSS, and the GPU's where it was measured."""
+    if row.get("device_mb") is None:
+        return _fmt(row.get("rss_mb"), ".0f")
+    return f"{_fmt(row.get('rss_mb'), '.0f')} (GPU {row['device_mb']:,.0f})"
+
+
 def markdown(results: list[dict]) -> str:
     lines = ["| workload | implementation | step ms | spread | items/s | ours × (range) "
-             "| GFLOP/s | % GEMM | compile s | build + 1st step s | peak RSS MB |",
+             "| GFLOP/s | % GEMM | compile s | build + 1st step s | peak RSS MB (GPU) |",
              "|" + " --- |" * 11]
     for res in results:
         for r in res["rows"]:
@@ -368,7 +395,7 @@ def markdown(results: list[dict]) -> str:
                 f"| {res['workload']} | {r['impl']} | {r['step_ms']:.2f} | "
                 f"{100 * r['spread']:.0f}% | {rate} | {ours_x} | {r['gflops']:.1f} | "
                 f"{100 * r['gemm_frac']:.0f}% | {_fmt(r['compile_s'], '.1f')} | "
-                f"{r['setup_s']:.1f} | {_fmt(r.get('rss_mb'), '.0f')} |")
+                f"{r['setup_s']:.1f} | {_memory(r)} |")
         for name, error in res.get("not_timed", {}).items():
             lines.append(f"| {res['workload']} | {name} | not timed: {error} |" + " |" * 8)
     return "\n".join(lines)
@@ -412,7 +439,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--repeats", type=int, help="round-robin repeats (default 3 quick, 5 full)")
     p.add_argument("--min_time", type=float, help="seconds per timed repeat (0.1 / 0.6)")
     p.add_argument("--memory", action=argparse.BooleanOptionalAction, default=None,
-                   help="measure peak RSS in subprocesses (default: on, off with --quick)")
+                   help="measure peak memory (host RSS; on a GPU also the device's) in "
+                        "subprocesses (default: on, off with --quick)")
     p.add_argument("--out", help="directory for results.json and table.md")
     p.add_argument("--isolated", action=argparse.BooleanOptionalAction, default=None,
                    help="each implementation in a process of its own (PyTorch with OpenMP's "
@@ -465,7 +493,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         rows = summarise(w, timings)
         if a.memory or (a.memory is None and not a.quick):
             for r in rows:
-                r["rss_mb"] = peak_rss(name, r["impl"])
+                r.update(peak_memory(name, r["impl"]))
         results.append({"workload": w.name, "unit": w.unit, "flops": w.flops, "rows": rows,
                         "not_timed": {k: t["error"] for k, t in timings.items() if "error" in t}})
         print(markdown(results[-1:]), flush=True)

@@ -52,6 +52,13 @@ def test_a_full_run_isolates_each_implementation_by_default(monkeypatch, tmp_pat
     assert json.loads((tmp_path / "results.json").read_text())["isolated"] is True
 
 
+def test_the_memory_probe_measures_a_fresh_process():
+    mem = run.peak_memory("tiny_lm", "ours")
+    assert mem["rss_mb"] > 0 and mem["device_mb"] is None  # host RSS only on a CPU
+    row = {"rss_mb": 512.4, "device_mb": 2048.0}
+    assert run._memory(row) == "512 (GPU 2,048)" and run._memory({**mem, "rss_mb": 7}) == "7"
+
+
 def test_ours_x_is_the_median_paired_ratio_with_its_range():
     w = SimpleNamespace(flops=1e9, gemm_flops=1e9, items=100)
     timings = {  # a drift that slows both alike cancels in the paired ratios
