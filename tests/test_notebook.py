@@ -43,3 +43,31 @@ def test_install_cell_without_checkout_or_url_says_what_to_set(tmp_path, monkeyp
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None)
     with pytest.raises(RuntimeError, match="set REPO_URL in this cell .*DENSE_RNN_REPO"):
         exec(cell, {})
+
+
+@pytest.mark.parametrize("tpu", [False, True])
+def test_install_cell_keeps_libtpu_matched_on_a_tpu(tmp_path, monkeypatch, tpu):
+    """On a TPU runtime the install cell adds ``jax[tpu]``, so libtpu follows whatever jax
+    the install leaves; elsewhere it installs the package alone."""
+    import glob
+    import importlib.util
+    import json
+    import subprocess
+
+    with open(NOTEBOOK, encoding="utf-8") as f:
+        cell = "".join(json.load(f)["cells"][1]["source"])
+    (tmp_path / "nb").mkdir()
+    monkeypatch.chdir(tmp_path / "nb")
+    monkeypatch.setenv("DENSE_RNN_REPO", "git+https://example.invalid/dense_rnn.git")
+    for var in ("TPU_ACCELERATOR_TYPE", "COLAB_TPU_ADDR"):
+        monkeypatch.delenv(var, raising=False)
+    if tpu:
+        monkeypatch.setenv("TPU_ACCELERATOR_TYPE", "v5litepod-8")
+    monkeypatch.setattr(glob, "glob", lambda pattern: [])  # no /dev/accel* or vfio devices
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None)
+    calls = []
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: calls.append(cmd))
+    exec(cell, {})
+    (cmd,) = calls
+    assert cmd[-2 if tpu else -1] == "git+https://example.invalid/dense_rnn.git"
+    assert ("jax[tpu]" in cmd) == tpu
