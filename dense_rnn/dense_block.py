@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 
 from dense_rnn import cells
-from dense_rnn.recurrent import Initializer, length_mask, uniform_init
+from dense_rnn.recurrent import Initializer, check_sequence, length_mask, uniform_init
 
 Array = jax.Array
 # A dense step takes ``W2^{(n)}`` split by columns into the blocks its recurrent products
@@ -239,6 +239,9 @@ class DenseRecurrent(nn.Module):
     @nn.compact
     def __call__(self, x: Array, lengths: Array | None = None) -> tuple[cells.Carry, Array]:
         """``x``: (batch, time, in_features) -> ``(final_carry, (batch, time, features))``."""
+        check_sequence("DenseRecurrent", x, lengths)
+        if self.k < 1:
+            raise ValueError(f"DenseRecurrent: k={self.k}; the dense depth must be at least 1")
         spec = cells.get_cell(self.cell)
         g = spec.gates * self.features
         init = pytorch_uniform(self.features)
@@ -250,6 +253,6 @@ class DenseRecurrent(nn.Module):
             self.param(f"w_hh_{n}", init, (rec_rows(n, self.block_start) * self.features, g))
             for n in range(1, self.k + 1)
         ]
-        carry = spec.zero_carry((x.shape[0],), self.features, x.dtype)
-        return dense_scan(self.cell, w_hh, cells.project(params, x), carry, lengths,
-                          self.block_start)
+        xw = cells.project(params, x)
+        carry = spec.zero_carry((x.shape[0],), self.features, xw.dtype)
+        return dense_scan(self.cell, w_hh, xw, carry, lengths, self.block_start)

@@ -111,6 +111,9 @@ class HMDenseStack(nn.Module):
     @nn.compact
     def __call__(self, x: Array, lengths: Array | None = None) -> tuple[cells.Carry, list[Array]]:
         """The top layer's final carry and each layer's states on its own time axis."""
+        if not self.depths or min(self.depths) < 1:
+            raise ValueError(f"HMDenseStack: depths={tuple(self.depths)}; give one depth of at "
+                             "least 1 per layer")
         outputs, carry = [], None
         for i, plan in enumerate(layer_schedule(self.depths, self.multiscale, self.dense)):
             x, lengths = update_points(x, lengths, plan.subsample)

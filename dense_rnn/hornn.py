@@ -20,7 +20,7 @@ import jax.numpy as jnp
 
 from dense_rnn import cells
 from dense_rnn.dense_block import pytorch_uniform
-from dense_rnn.recurrent import scan_cell
+from dense_rnn.recurrent import check_sequence, scan_cell
 
 Array = jax.Array
 
@@ -57,6 +57,9 @@ class GatedHORNN(nn.Module):
     @nn.compact
     def __call__(self, x: Array, lengths: Array | None = None) -> tuple[cells.Carry, Array]:
         """The final carry and every step's state ``(batch, time, features)``."""
+        check_sequence("GatedHORNN", x, lengths)
+        if self.order < 1:
+            raise ValueError(f"GatedHORNN: order={self.order}; it must be at least 1")
         cell = hornn_cell(self.order)
         h, init = self.features, pytorch_uniform(self.features)
         params = {
@@ -65,5 +68,5 @@ class GatedHORNN(nn.Module):
             "w_gate": self.param("w_gate", init, (self.order, h, h)),
             "w_hh": self.param("w_hh", init, (self.order * h, h)),
         }
-        carry = cell.zero_carry((x.shape[0],), h, x.dtype)
-        return scan_cell(cell, params, cells.project(params, x), carry, lengths)
+        xw = cells.project(params, x)
+        return scan_cell(cell, params, xw, cell.zero_carry((x.shape[0],), h, xw.dtype), lengths)

@@ -45,6 +45,28 @@ def length_mask(lengths: Array, max_len: int) -> Array:
     return jnp.arange(max_len)[None, :] < lengths[:, None]
 
 
+def check_sequence(layer: str, x: Array, lengths: Array | None) -> None:
+    """Raises a one-line ``ValueError`` unless ``x`` is (batch, time, features) and
+    ``lengths`` is ``None`` or integer ``(batch,)``."""
+    if x.ndim != 3:
+        raise ValueError(f"{layer}: x must be (batch, time, features), got shape {x.shape}; "
+                         "add a batch axis with x[None]")
+    if lengths is not None and (jnp.shape(lengths) != x.shape[:1]
+                                or not jnp.issubdtype(jnp.result_type(lengths), jnp.integer)):
+        raise ValueError(f"{layer}: lengths must be integers of shape ({x.shape[0]},), one per "
+                         f"sequence, got {jnp.result_type(lengths)} {jnp.shape(lengths)}")
+
+
+def drawn_wide(init: Initializer) -> Initializer:
+    """``init`` drawn in at least float32, then cast to the requested dtype: some
+    initializers (``orthogonal``'s QR) have no bfloat16 kernel."""
+
+    def wide(key: Array, shape: tuple[int, ...], dtype: DTypeLike = jnp.float32) -> Array:
+        return init(key, shape, jnp.promote_types(dtype, jnp.float32)).astype(dtype)
+
+    return wide
+
+
 def reverse_padded(x: Array, lengths: Array | None) -> Array:
     """Reverses each sequence of ``x`` (batch, time, ...) within its own length.
 
@@ -231,9 +253,12 @@ def _lstm_scan_bwd(
             dh_in = dh_in * rmask
         return (dc + dc_new * f, dh + dh_in, drmask), dz
 
-    drmask0 = None if rmask is None else jnp.zeros_like(rmask)
+    # a (batch, H) mask shared by D directions gets its gradient summed over them
+    drmask0 = None if rmask is None else jnp.zeros(dh_last.shape, rmask.dtype)
     (dc0, dh0, drmask), dzs = jax.lax.scan(
         body, (dc_last, dh_last, drmask0), (dys, mask, res), reverse=True, unroll=unroll)
+    if rmask is not None and drmask.ndim > rmask.ndim:
+        drmask = drmask.sum(0)
     h_prev = res[-1] if rmask is None else res[-1] * rmask
     dw = jax.vmap(_sum_over_steps, in_axes=1) if w_hh.ndim == 3 else _sum_over_steps
     return dw(h_prev, dzs).astype(w_hh.dtype), dzs, (dc0, dh0), None, drmask
@@ -252,11 +277,12 @@ def make_cell_params(module: nn.Module, input_features: int) -> cells.Params:
     """``w_ih``, ``w_hh`` and ``b`` of ``module``'s cell, created in ``module``'s scope (in
     its ``param_dtype``)."""
     g = cells.get_cell(module.cell).gates * module.features
+    dtype = module.param_dtype
     return {
-        "w_ih": module.param("w_ih", module.kernel_init, (input_features, g), module.param_dtype),
-        "w_hh": module.param("w_hh", module.recurrent_init, (module.features, g),
-                             module.param_dtype),
-        "b": module.param("b", module.bias_init, (g,), module.param_dtype),
+        "w_ih": module.param("w_ih", drawn_wide(module.kernel_init), (input_features, g), dtype),
+        "w_hh": module.param("w_hh", drawn_wide(module.recurrent_init), (module.features, g),
+                             dtype),
+        "b": module.param("b", drawn_wide(module.bias_init), (g,), dtype),
     }
 
 
@@ -318,10 +344,11 @@ class Recurrent(nn.Module):
         ``carry``: initial carry (default zeros); ``lengths``: optional ``(batch,)`` real
         lengths, clamped to the padded length; ``recurrent_mask``: see ``scan_cell``.
         """
+        check_sequence("Recurrent", x, lengths)
         params = self.cell_params(x.shape[-1])
-        if carry is None:
-            carry = self.zero_carry(x.shape[0], x.dtype)
         xw = cells.project(params, x)  # every time step in one matrix product
+        if carry is None:  # in the dtype of x and the parameters promoted, as nn.Dense's
+            carry = self.zero_carry(x.shape[0], xw.dtype)
         return scan_cell(
             cells.get_cell(self.cell), params, xw, carry, lengths, self.reverse, self.unroll,
             recurrent_mask,
@@ -365,6 +392,11 @@ class Bidirectional(nn.Module):
 
         Both directions' input projections are one matrix product; for the LSTM both
         directions then run in one scan (``lstm_scan`` with a direction axis)."""
+        check_sequence("Bidirectional", x, lengths)
+        if recurrent_mask is not None and not (
+                isinstance(recurrent_mask, tuple | list) and len(recurrent_mask) == 2):
+            raise ValueError("Bidirectional: recurrent_mask must be a (forward, backward) pair "
+                             "of (batch, features) masks")
         kw = dict(cell=self.cell, features=self.features, kernel_init=self.kernel_init,
                   recurrent_init=self.recurrent_init, bias_init=self.bias_init,
                   param_dtype=self.param_dtype)
@@ -373,7 +405,7 @@ class Bidirectional(nn.Module):
         spec = cells.get_cell(self.cell)
         xw = cells.project(jax.tree.map(lambda a, b: jnp.concatenate([a, b], -1), pf, pb), x)
         xf, xb = jnp.split(xw, 2, axis=-1)
-        carry = (spec.zero_carry((x.shape[0],), self.features, x.dtype),) * 2 if (
+        carry = (spec.zero_carry((x.shape[0],), self.features, xw.dtype),) * 2 if (
             carry is None) else carry
         rmask = (None, None) if recurrent_mask is None else recurrent_mask
         if not _fast_lstm(spec):

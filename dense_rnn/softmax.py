@@ -71,7 +71,8 @@ def softmax_cross_entropy(x: Array, kernel: Array, bias: Array, targets: Array) 
       x: features (..., d); the products take it in its dtype, the logits and the
         softmax are at least float32.
       kernel: (d, vocab). bias: (vocab,).
-      targets: integer ids with the leading shape of ``x``.
+      targets: integer ids in ``[0, vocab)`` with the leading shape of ``x`` (an id outside
+        it gives a loss and a gradient that disagree: mask such rows out with zero weight).
 
     Returns:
       The NLL (float32, or float64 for float64 inputs) with the leading shape of ``x``.

@@ -17,6 +17,7 @@ recurrent product (Gal & Ghahramani 2016).
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 
 import flax.linen as nn
@@ -91,6 +92,10 @@ class RecurrentStack(nn.Module):
         ``carries``: one initial carry per layer (default zeros); ``lengths``: optional
         ``(batch,)`` real lengths, clamped to the padded length.
         """
+        if isinstance(self.features, int) or not all(
+                isinstance(n, numbers.Integral) and n > 0 for n in self.features):
+            raise ValueError(f"RecurrentStack: features={self.features!r} must be a sequence of "
+                             "positive layer sizes, e.g. (200, 200)")
         if self.connectivity not in CONNECTIVITIES:
             raise ValueError(
                 f"unknown connectivity {self.connectivity!r}; use one of {CONNECTIVITIES}"

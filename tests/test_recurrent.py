@@ -127,3 +127,86 @@ def test_stack_refuses_wrong_number_of_carries():
     params = stack.init(jax.random.key(0), x)
     with pytest.raises(ValueError, match="carries has 1 entries for 2 layers"):
         stack.apply(params, x, [jnp.zeros((2, 4))])
+
+
+def _layers():
+    from dense_rnn.dense_block import DenseRecurrent
+    from dense_rnn.hornn import GatedHORNN
+
+    return [recurrent.Recurrent("lstm", 4), recurrent.Recurrent("gru", 4),
+            recurrent.Bidirectional("lstm", 4), recurrent.Bidirectional("rnn", 4),
+            DenseRecurrent("gru", 4, 2), GatedHORNN(4)]
+
+
+@pytest.mark.parametrize("layer", _layers(), ids=lambda m: f"{type(m).__name__}")
+def test_bfloat16_inputs_with_float32_parameters_promote(layer):
+    """As ``nn.Dense`` with ``dtype=None``: bfloat16 inputs and float32 parameters compute
+    in float32 (the projection of the bfloat16 inputs is rounded to bfloat16)."""
+    x = jax.random.normal(jax.random.key(0), (2, 5, 3)).astype(jnp.bfloat16)
+    variables = layer.init(jax.random.key(1), x)
+    _, y = layer.apply(variables, x)
+    _, y32 = layer.apply(variables, x.astype(jnp.float32))
+    assert y.dtype == jnp.float32
+    np.testing.assert_allclose(y, y32, atol=2e-2)
+
+
+def test_bfloat16_parameters_with_the_default_orthogonal_init():
+    x = jnp.ones((2, 3, 3), jnp.bfloat16)
+    p16 = recurrent.Recurrent("lstm", 4, param_dtype=jnp.bfloat16).init(jax.random.key(0), x)
+    p32 = recurrent.Recurrent("lstm", 4).init(jax.random.key(0), x)
+    for k, v in p16["params"].items():  # the float32 draw, rounded
+        assert v.dtype == jnp.bfloat16
+        np.testing.assert_array_equal(v, p32["params"][k].astype(jnp.bfloat16))
+
+
+def test_one_recurrent_mask_shared_by_both_directions_of_lstm_scan():
+    """``lstm_scan`` with a direction axis takes a (batch, H) mask for both directions; its
+    gradient is the sum of the two directions' gradients."""
+    k = jax.random.split(jax.random.key(0), 3)
+    w = jax.random.normal(k[0], (2, 4, 16)) * 0.3
+    xs = jax.random.normal(k[1], (5, 2, 3, 16))
+    carry = (jnp.zeros((2, 3, 4)), jnp.zeros((2, 3, 4)))
+    r = jax.random.uniform(k[2], (3, 4))
+
+    def loss(r, shared):
+        mask = r if shared else jnp.broadcast_to(r, (2, 3, 4))
+        return recurrent.lstm_scan(w, xs, carry, None, mask)[1].sum()
+
+    np.testing.assert_allclose(jax.grad(loss)(r, True), jax.grad(loss)(r, False), rtol=1e-6)
+
+
+def test_bidirectional_wants_a_pair_of_recurrent_masks():
+    layer = recurrent.Bidirectional("lstm", 4)
+    x = jnp.ones((2, 3, 3))
+    variables = layer.init(jax.random.key(0), x)
+    with pytest.raises(ValueError, match=r"\(forward, backward\) pair"):
+        layer.apply(variables, x, recurrent_mask=jnp.ones((2, 4)))
+
+
+@pytest.mark.parametrize("layer", _layers(), ids=lambda m: f"{type(m).__name__}")
+@pytest.mark.parametrize("x_shape, lengths, message", [
+    ((5, 3), None, r"x must be \(batch, time, features\), got shape \(5, 3\)"),
+    ((2, 5, 3), np.array([[5], [3]]), r"lengths must be integers of shape \(2,\)"),
+    ((2, 5, 3), np.array([5, 3, 1]), r"lengths must be integers of shape \(2,\)"),
+    ((2, 5, 3), np.array([5.0, 3.0]), r"lengths must be integers"),
+])
+def test_layers_reject_malformed_inputs_in_one_line(layer, x_shape, lengths, message):
+    with pytest.raises(ValueError, match=f"{type(layer).__name__}: {message}"):
+        layer.init(jax.random.key(0), jnp.ones(x_shape), lengths=lengths)
+
+
+def test_malformed_layer_settings_are_one_line_errors():
+    from dense_rnn import stack
+    from dense_rnn.dense_block import DenseRecurrent
+    from dense_rnn.hm_stack import HMDenseStack
+    from dense_rnn.hornn import GatedHORNN
+
+    x = jnp.ones((2, 8, 3))
+    for module, message in [
+        (GatedHORNN(4, order=0), "order=0; it must be at least 1"),
+        (DenseRecurrent("gru", 4, 0), "k=0; the dense depth must be at least 1"),
+        (HMDenseStack("gru", 4, (2, 0)), r"depths=\(2, 0\)"),
+        (stack.RecurrentStack("lstm", 4), "features=4 must be a sequence"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            module.init(jax.random.key(0), x)

@@ -88,7 +88,9 @@ class HMTextClassifier(nn.Module):
         self, tokens: Array, lengths: Array | None = None, deterministic: bool = True
     ) -> Array:
         """Logits ``(batch, num_classes)`` of padded ``tokens`` (batch, time); ``lengths``:
-        ``(batch,)`` real lengths, clamped to the padded length (None: every row full)."""
+        ``(batch,)`` real lengths, clamped to the padded length (None: every row full).
+        ``deterministic`` is unused (these models have no dropout): it is accepted so the
+        trainer calls every classifier alike."""
         if self.features < 1 or self.layers < 1 or min(self.depths, default=0) < 1:
             raise ValueError(f"features={self.features}, layers={self.layers}, depths="
                              f"{tuple(self.depths)}: each must be at least 1")
