@@ -57,7 +57,7 @@ def check_sequence(layer: str, x: Array, lengths: Array | None) -> None:
                          f"sequence, got {jnp.result_type(lengths)} {jnp.shape(lengths)}")
 
 
-def drawn_wide(init: Initializer) -> Initializer:
+def _drawn_wide(init: Initializer) -> Initializer:
     """``init`` drawn in at least float32, then cast to the requested dtype: some
     initializers (``orthogonal``'s QR) have no bfloat16 kernel."""
 
@@ -279,10 +279,10 @@ def make_cell_params(module: nn.Module, input_features: int) -> cells.Params:
     g = cells.get_cell(module.cell).gates * module.features
     dtype = module.param_dtype
     return {
-        "w_ih": module.param("w_ih", drawn_wide(module.kernel_init), (input_features, g), dtype),
-        "w_hh": module.param("w_hh", drawn_wide(module.recurrent_init), (module.features, g),
+        "w_ih": module.param("w_ih", _drawn_wide(module.kernel_init), (input_features, g), dtype),
+        "w_hh": module.param("w_hh", _drawn_wide(module.recurrent_init), (module.features, g),
                              dtype),
-        "b": module.param("b", drawn_wide(module.bias_init), (g,), dtype),
+        "b": module.param("b", _drawn_wide(module.bias_init), (g,), dtype),
     }
 
 
