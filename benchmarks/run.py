@@ -327,12 +327,14 @@ def _device_mb(impl: str) -> Callable[[], float] | None:
     ``None`` on a CPU, where the host RSS is the whole story."""
     import jax
 
-    if jax.default_backend() != "gpu":
-        return None
     if "torch" in impl:
         import torch
 
+        if not torch.cuda.is_available():
+            return None
         return lambda: torch.cuda.max_memory_allocated() / 2**20
+    if jax.default_backend() != "gpu":
+        return None
     device = jax.devices()[0]
     return lambda: device.memory_stats()["peak_bytes_in_use"] / 2**20
 

@@ -51,10 +51,12 @@ def check_sequence(layer: str, x: Array, lengths: Array | None) -> None:
     if x.ndim != 3:
         raise ValueError(f"{layer}: x must be (batch, time, features), got shape {x.shape}; "
                          "add a batch axis with x[None]")
-    if lengths is not None and (jnp.shape(lengths) != x.shape[:1]
-                                or not jnp.issubdtype(jnp.result_type(lengths), jnp.integer)):
-        raise ValueError(f"{layer}: lengths must be integers of shape ({x.shape[0]},), one per "
-                         f"sequence, got {jnp.result_type(lengths)} {jnp.shape(lengths)}")
+    dtype = getattr(lengths, "dtype", None)  # None: a list or a scalar, not an array
+    if lengths is not None and (jnp.shape(lengths) != x.shape[:1] or dtype is None
+                                or not jnp.issubdtype(dtype, jnp.integer)):
+        got = type(lengths).__name__ if dtype is None else f"{dtype} {jnp.shape(lengths)}"
+        raise ValueError(f"{layer}: lengths must be an integer array of shape ({x.shape[0]},), "
+                         f"one per sequence, got {got}")
 
 
 def _drawn_wide(init: Initializer) -> Initializer:
@@ -253,15 +255,24 @@ def _lstm_scan_bwd(
             dh_in = dh_in * rmask
         return (dc + dc_new * f, dh + dh_in, drmask), dz
 
-    # a (batch, H) mask shared by D directions gets its gradient summed over them
+    # a mask broadcast against h (one (batch, H) mask for D directions, say) gets its
+    # gradient summed over the axes it was broadcast along
     drmask0 = None if rmask is None else jnp.zeros(dh_last.shape, rmask.dtype)
     (dc0, dh0, drmask), dzs = jax.lax.scan(
         body, (dc_last, dh_last, drmask0), (dys, mask, res), reverse=True, unroll=unroll)
-    if rmask is not None and drmask.ndim > rmask.ndim:
-        drmask = drmask.sum(0)
+    if rmask is not None:
+        drmask = _sum_to_shape(drmask, rmask.shape)
     h_prev = res[-1] if rmask is None else res[-1] * rmask
     dw = jax.vmap(_sum_over_steps, in_axes=1) if w_hh.ndim == 3 else _sum_over_steps
     return dw(h_prev, dzs).astype(w_hh.dtype), dzs, (dc0, dh0), None, drmask
+
+
+def _sum_to_shape(x: Array, shape: tuple[int, ...]) -> Array:
+    """``x`` summed over the axes along which an array of ``shape`` broadcast to it."""
+    lead = x.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, n in enumerate(shape) if n == 1 and x.shape[lead + i] != 1)
+    return x.sum(axes).reshape(shape) if axes else x
 
 
 def _sum_over_steps(h: Array, dz: Array) -> Array:
@@ -393,10 +404,10 @@ class Bidirectional(nn.Module):
         Both directions' input projections are one matrix product; for the LSTM both
         directions then run in one scan (``lstm_scan`` with a direction axis)."""
         check_sequence("Bidirectional", x, lengths)
-        if recurrent_mask is not None and not (
-                isinstance(recurrent_mask, tuple | list) and len(recurrent_mask) == 2):
+        if recurrent_mask is not None and (  # a pair of masks, or one array of both
+                len(recurrent_mask) != 2 or getattr(recurrent_mask, "ndim", 3) != 3):
             raise ValueError("Bidirectional: recurrent_mask must be a (forward, backward) pair "
-                             "of (batch, features) masks")
+                             "of (batch, features) masks, or one (2, batch, features) array")
         kw = dict(cell=self.cell, features=self.features, kernel_init=self.kernel_init,
                   recurrent_init=self.recurrent_init, bias_init=self.bias_init,
                   param_dtype=self.param_dtype)

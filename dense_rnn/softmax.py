@@ -71,8 +71,9 @@ def softmax_cross_entropy(x: Array, kernel: Array, bias: Array, targets: Array) 
       x: features (..., d); the products take it in its dtype, the logits and the
         softmax are at least float32.
       kernel: (d, vocab). bias: (vocab,).
-      targets: integer ids in ``[0, vocab)`` with the leading shape of ``x`` (an id outside
-        it gives a loss and a gradient that disagree: mask such rows out with zero weight).
+      targets: integer ids in ``[0, vocab)`` with the leading shape of ``x``. An id outside
+        it gives a NaN or wrapped loss and a gradient that disagrees with it: replace such ids
+        (``jnp.where(valid, targets, 0)``) and give their rows zero weight.
 
     Returns:
       The NLL (float32, or float64 for float64 inputs) with the leading shape of ``x``.

@@ -160,39 +160,46 @@ def test_bfloat16_parameters_with_the_default_orthogonal_init():
 
 
 def test_one_recurrent_mask_shared_by_both_directions_of_lstm_scan():
-    """``lstm_scan`` with a direction axis takes a (batch, H) mask for both directions; its
-    gradient is the sum of the two directions' gradients."""
+    """``lstm_scan`` with a direction axis takes a mask that broadcasts against ``h`` (D,
+    batch, H): one (batch, H) mask for both directions, or one (1, H) for everything. Its
+    gradient is the broadcast's: summed over the axes it was broadcast along."""
     k = jax.random.split(jax.random.key(0), 3)
     w = jax.random.normal(k[0], (2, 4, 16)) * 0.3
     xs = jax.random.normal(k[1], (5, 2, 3, 16))
     carry = (jnp.zeros((2, 3, 4)), jnp.zeros((2, 3, 4)))
-    r = jax.random.uniform(k[2], (3, 4))
 
-    def loss(r, shared):
-        mask = r if shared else jnp.broadcast_to(r, (2, 3, 4))
+    def loss(mask):
         return recurrent.lstm_scan(w, xs, carry, None, mask)[1].sum()
 
-    np.testing.assert_allclose(jax.grad(loss)(r, True), jax.grad(loss)(r, False), rtol=1e-6)
+    for shape in [(3, 4), (1, 4)]:
+        r = jax.random.uniform(k[2], shape)
+        full = jax.grad(lambda r: loss(jnp.broadcast_to(r, (2, 3, 4))))(r)
+        np.testing.assert_allclose(jax.grad(loss)(r), full, rtol=1e-6)
 
 
 def test_bidirectional_wants_a_pair_of_recurrent_masks():
     layer = recurrent.Bidirectional("lstm", 4)
-    x = jnp.ones((2, 3, 3))
+    x = jax.random.normal(jax.random.key(1), (2, 3, 3))
     variables = layer.init(jax.random.key(0), x)
     with pytest.raises(ValueError, match=r"\(forward, backward\) pair"):
-        layer.apply(variables, x, recurrent_mask=jnp.ones((2, 4)))
+        layer.apply(variables, x, recurrent_mask=jnp.ones((2, 4)))  # batch 2, one mask
+    masks = jax.random.uniform(jax.random.key(2), (2, 2, 4))
+    np.testing.assert_array_equal(layer.apply(variables, x, recurrent_mask=masks)[1],
+                                  layer.apply(variables, x, recurrent_mask=tuple(masks))[1])
 
 
 @pytest.mark.parametrize("layer", _layers(), ids=lambda m: f"{type(m).__name__}")
 @pytest.mark.parametrize("x_shape, lengths, message", [
     ((5, 3), None, r"x must be \(batch, time, features\), got shape \(5, 3\)"),
-    ((2, 5, 3), np.array([[5], [3]]), r"lengths must be integers of shape \(2,\)"),
-    ((2, 5, 3), np.array([5, 3, 1]), r"lengths must be integers of shape \(2,\)"),
-    ((2, 5, 3), np.array([5.0, 3.0]), r"lengths must be integers"),
+    ((2, 5, 3), np.array([[5], [3]]), r"lengths must be an integer array of shape \(2,\)"),
+    ((2, 5, 3), np.array([5, 3, 1]), r"lengths .* one per sequence, got int64 \(3,\)"),
+    ((2, 5, 3), np.array([5.0, 3.0]), r"lengths must be an integer array .* got float64"),
+    ((2, 5, 3), [5, 3], r"lengths must be an integer array .* got list"),
 ])
 def test_layers_reject_malformed_inputs_in_one_line(layer, x_shape, lengths, message):
-    with pytest.raises(ValueError, match=f"{type(layer).__name__}: {message}"):
+    with pytest.raises(ValueError, match=f"{type(layer).__name__}: {message}") as e:
         layer.init(jax.random.key(0), jnp.ones(x_shape), lengths=lengths)
+    assert "\n" not in str(e.value)
 
 
 def test_malformed_layer_settings_are_one_line_errors():
