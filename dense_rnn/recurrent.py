@@ -52,7 +52,7 @@ def check_sequence(layer: str, x: Array, lengths: Array | None) -> None:
         raise ValueError(f"{layer}: x must be (batch, time, features), got shape {x.shape}; "
                          "add a batch axis with x[None]")
     dtype = getattr(lengths, "dtype", None)  # None: a list or a scalar, not an array
-    if lengths is not None and (jnp.shape(lengths) != x.shape[:1] or dtype is None
+    if lengths is not None and (dtype is None or jnp.shape(lengths) != x.shape[:1]
                                 or not jnp.issubdtype(dtype, jnp.integer)):
         got = type(lengths).__name__ if dtype is None else f"{dtype} {jnp.shape(lengths)}"
         raise ValueError(f"{layer}: lengths must be an integer array of shape ({x.shape[0]},), "
