@@ -404,8 +404,9 @@ class Bidirectional(nn.Module):
         Both directions' input projections are one matrix product; for the LSTM both
         directions then run in one scan (``lstm_scan`` with a direction axis)."""
         check_sequence("Bidirectional", x, lengths)
-        if recurrent_mask is not None and (  # a pair of masks, or one array of both
-                len(recurrent_mask) != 2 or getattr(recurrent_mask, "ndim", 3) != 3):
+        pair = isinstance(recurrent_mask, tuple | list) and len(recurrent_mask) == 2
+        stacked = getattr(recurrent_mask, "ndim", 0) == 3 and len(recurrent_mask) == 2
+        if recurrent_mask is not None and not (pair or stacked):
             raise ValueError("Bidirectional: recurrent_mask must be a (forward, backward) pair "
                              "of (batch, features) masks, or one (2, batch, features) array")
         kw = dict(cell=self.cell, features=self.features, kernel_init=self.kernel_init,
