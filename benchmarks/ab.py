@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 
+from benchmarks import options
 from dense_rnn.cli import run_script
 from dense_rnn.errors import UserError
 
@@ -87,11 +88,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("workloads", nargs="+", choices=sorted(WORKLOADS), metavar="WORKLOAD")
     p.add_argument("--base", default="HEAD", help="git revision to compare against")
-    p.add_argument("--repeats", type=int, default=15, help="round-robin repeats")
-    p.add_argument("--min_time", type=float, default=0.3, help="seconds per timed repeat")
+    p.add_argument("--repeats", type=options.count, default=15, help="round-robin repeats")
+    p.add_argument("--min_time", type=options.seconds, default=0.3, help="seconds per timed repeat")
     a = p.parse_args(argv)
-    if a.repeats < 1 or a.min_time <= 0:
-        p.error("--repeats must be at least 1 and --min_time above 0")
     tmp = tempfile.mkdtemp(prefix="dense_rnn_ab_")
     try:
         export_base(a.base, tmp)

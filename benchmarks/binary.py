@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 
-from benchmarks import run
+from benchmarks import options, run
 from dense_rnn.cli import run_script
 from dense_rnn.configs import ptb
 from dense_rnn.data import DEFAULT_DATA_DIR
@@ -65,18 +65,17 @@ def main(argv: list[str] | None = None) -> dict:
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("config", help="a PTB config (dense_rnn/configs/ptb.py)")
-    p.add_argument("--steps", type=int, default=300, help="training steps per binary run")
-    p.add_argument("--log_every", type=int, default=50, help="steps per logged rate")
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--steps", type=options.count, default=300, help="training steps per binary run")
+    p.add_argument("--log_every", type=options.count, default=50, help="steps per logged rate")
+    p.add_argument("--repeats", type=options.count, default=3)
     p.add_argument("--impls", default=f"{OURS},torch nn.LSTM",
                    help="comma-separated implementations timed beside the binary")
-    p.add_argument("--min_time", type=float, default=2.0, help="seconds per timed step set")
+    p.add_argument("--min_time", type=options.seconds, default=2.0,
+                   help="seconds per timed step set")
     p.add_argument("--data_dir", default=DEFAULT_DATA_DIR)
     p.add_argument("--binary_flags", default="",
                    help="more flags for the binary, one string: --binary_flags=\"--a=1 --b=2\"")
     a = p.parse_args(argv)
-    if min(a.steps, a.log_every, a.repeats) < 1 or a.min_time <= 0:
-        p.error("--steps, --log_every and --repeats must be at least 1 and --min_time above 0")
     if a.config not in ptb.CONFIGS:
         raise UserError(f"unknown config {a.config!r}; known: {', '.join(ptb.CONFIGS)}")
     w = lm_workload(a.config)

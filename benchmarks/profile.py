@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 import jax
 
+from benchmarks import options
 from dense_rnn.cli import run_script
 
 # Transformation and call frames of an op_name, left out of a kernel's part.
@@ -130,12 +131,11 @@ def main(argv: list[str] | None = None) -> str:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("workload", choices=sorted(WORKLOADS))
     p.add_argument("--impl", default=OURS, help="an implementation of the workload")
-    p.add_argument("--steps", type=int, default=10, help="traced steps (after 3 untraced)")
-    p.add_argument("--top", type=int, default=25, help="kernels listed by time per step")
+    p.add_argument("--steps", type=options.count, default=10,
+                   help="traced steps (after 3 untraced)")
+    p.add_argument("--top", type=options.count, default=25, help="kernels listed by time per step")
     p.add_argument("--min_ms", type=float, default=0.2, help="timeline threshold")
     a = p.parse_args(argv)
-    if a.steps < 1 or a.top < 1:
-        p.error("--steps and --top must be at least 1")
     impls = WORKLOADS[a.workload]().impls
     if a.impl not in impls:
         p.error(f"--impl must be one of {', '.join(impls)}")

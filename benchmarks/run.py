@@ -28,6 +28,7 @@ import sys
 import time
 from collections.abc import Callable
 
+from benchmarks import options
 from dense_rnn.cli import run_script
 from dense_rnn.errors import UserError
 from dense_rnn.files import atomic_write
@@ -438,8 +439,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--quick", action="store_true", help="small workloads, few repeats (<1 min)")
     p.add_argument("--workloads", help=f"comma-separated subset of {', '.join(WORKLOADS)}")
     p.add_argument("--impls", help="comma-separated subset of implementation names")
-    p.add_argument("--repeats", type=int, help="round-robin repeats (default 3 quick, 5 full)")
-    p.add_argument("--min_time", type=float, help="seconds per timed repeat (0.1 / 0.6)")
+    p.add_argument("--repeats", type=options.count,
+                   help="round-robin repeats (default 3 quick, 5 full)")
+    p.add_argument("--min_time", type=options.seconds, help="seconds per timed repeat (0.1 / 0.6)")
     p.add_argument("--memory", action=argparse.BooleanOptionalAction, default=None,
                    help="measure peak memory (host RSS; on a GPU also the device's) in "
                         "subprocesses (default: on, off with --quick)")
@@ -467,8 +469,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
         if bad := [k for k in a.impls.split(",") if k not in known]:
             p.error(f"unknown implementations {', '.join(bad)} for these workloads; known: "
                     f"{', '.join(sorted(known))}")
-    if (a.repeats is not None and a.repeats < 1) or (a.min_time is not None and a.min_time <= 0):
-        p.error("--repeats must be at least 1 and --min_time above 0")
     if a.out and os.path.exists(a.out) and not os.path.isdir(a.out):
         p.error(f"--out={a.out} is a file; give a directory (made if missing)")
     repeats = a.repeats or (3 if a.quick else 5)

@@ -117,15 +117,18 @@ def test_an_isolated_worker_replies_with_its_peers_error(monkeypatch, capsys):
 @pytest.mark.parametrize("main, args, message", [
     (run.main, "--workloads tiny_lm --impls flax",
      "unknown implementations flax for these workloads; known: "),
-    (run.main, "--workloads tiny_lm --repeats 0", "--repeats must be at least 1 and --min_time"),
-    (run.main, "--workloads tiny_lm --min_time -1", "--repeats must be at least 1 and --min_time"),
+    (run.main, "--workloads tiny_lm --repeats 0", "argument --repeats: 0 must be at least 1"),
+    (run.main, "--workloads tiny_lm --repeats 2.5", "argument --repeats: '2.5' is not an integer"),
+    (run.main, "--workloads tiny_lm --min_time -1", "argument --min_time: -1 must be above 0"),
+    (run.main, "--workloads tiny_lm --min_time nan", "argument --min_time: nan must be above 0"),
+    (run.main, "--workloads tiny_lm --min_time x", "argument --min_time: 'x' is not a number"),
     (run.main, f"--workloads tiny_lm --out {__file__}", "is a file; give a directory"),
-    (binary.main, "tiny --steps 0", "--steps, --log_every and --repeats must be at least 1"),
-    (binary.main, "tiny --repeats 0", "--steps, --log_every and --repeats must be at least 1"),
+    (binary.main, "tiny --steps 0", "argument --steps: 0 must be at least 1"),
+    (binary.main, "tiny --log_every 0", "argument --log_every: 0 must be at least 1"),
     (binary.main, "tiny --binary_flags=--config=zaremba_small", "--config=zaremba_small cannot"),
     (binary.main, "tiny --binary_flags=--mode=sample", "--mode=sample cannot be given there"),
-    (profile.main, "tiny_lm --steps 0", "--steps and --top must be at least 1"),
-    (ab.main, "tiny_lm --repeats 0", "--repeats must be at least 1 and --min_time above 0"),
+    (profile.main, "tiny_lm --top 0", "argument --top: 0 must be at least 1"),
+    (ab.main, "tiny_lm --min_time 0", "argument --min_time: 0 must be above 0"),
 ])
 def test_bad_options_are_usage_errors(capsys, main, args, message):
     with pytest.raises(SystemExit) as e:

@@ -1,0 +1,28 @@
+"""Argument types shared by the benchmark commands: argparse rejects a bad value with one
+usage line naming the option."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def count(text: str) -> int:
+    """An integer of at least 1 (repeats, steps)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n} must be at least 1")
+    return n
+
+
+def seconds(text: str) -> float:
+    """A positive number of seconds (``min_time``)."""
+    try:
+        s = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not s > 0:  # also rejects nan
+        raise argparse.ArgumentTypeError(f"{text} must be above 0")
+    return s
