@@ -59,6 +59,38 @@ def check_sequence(layer: str, x: Array, lengths: Array | None) -> None:
                          f"one per sequence, got {got}")
 
 
+def check_tokens(model: str, tokens: Array, targets: Array | None = None) -> None:
+    """Raises a one-line ``ValueError`` unless ``tokens`` (and ``targets``, if given) are
+    integer (batch, time) arrays of one shape."""
+    for name, a in (("tokens", tokens), ("targets", targets)):
+        dtype = getattr(a, "dtype", None)
+        if a is not None and (dtype is None or jnp.ndim(a) != 2
+                              or not jnp.issubdtype(dtype, jnp.integer)):
+            got = type(a).__name__ if dtype is None else f"{dtype} {jnp.shape(a)}"
+            hint = f"; add a batch axis with {name}[None]" if getattr(a, "ndim", 0) == 1 else ""
+            raise ValueError(f"{model}: {name} must be integer ids of shape (batch, time), got "
+                             f"{got}{hint}")
+    if targets is not None and targets.shape != tokens.shape:
+        raise ValueError(f"{model}: targets {targets.shape} must have the shape of tokens "
+                         f"{tokens.shape}")
+
+
+def initial_carry(layer: str, spec: cells.Cell, carry: cells.Carry | None, batch: int,
+                  features: int, dtype: DTypeLike) -> cells.Carry:
+    """``carry``, or the zero carry if ``None``, in ``dtype`` promoted with its own (a
+    float32 carry stays float32 under bfloat16 parameters); a one-line ``ValueError`` if its
+    structure or shapes are not those of ``spec.zero_carry``."""
+    zero = spec.zero_carry((batch,), features, dtype)
+    if carry is None:
+        return zero
+    shapes, expected = jax.tree.map(jnp.shape, carry), jax.tree.map(jnp.shape, zero)
+    if jax.tree.structure(carry) != jax.tree.structure(zero) or shapes != expected:
+        raise ValueError(f"{layer}: carry must be shaped like zero_carry({batch}), {expected}; "
+                         f"got {shapes}")
+    return jax.tree.map(lambda c: jnp.asarray(c).astype(jnp.promote_types(c.dtype, dtype)),
+                        carry)
+
+
 def _drawn_wide(init: Initializer) -> Initializer:
     """``init`` drawn in at least float32, then cast to the requested dtype: some
     initializers (``orthogonal``'s QR) have no bfloat16 kernel."""
@@ -222,13 +254,14 @@ def _lstm_scan_fwd(
     unroll: int,
 ) -> tuple[tuple[tuple[Array, Array], Array], tuple]:
     carry, ys, res = _lstm_forward(w_hh, xs, carry, mask, rmask, unroll, save=True)
-    return (carry, ys), (w_hh, mask, rmask, res)
+    # an empty array carries xs's dtype, which the gradient must have, to the backward pass
+    return (carry, ys), (w_hh, jnp.empty((0,), xs.dtype), mask, rmask, res)
 
 
 def _lstm_scan_bwd(
     unroll: int, residuals: tuple, cotangents: tuple[tuple[Array, Array], Array]
 ) -> tuple[Array, Array, tuple[Array, Array], None, Array | None]:
-    w_hh, mask, rmask, res = residuals
+    w_hh, xs_dtype, mask, rmask, res = residuals
     (dc_last, dh_last), dys = cotangents
 
     def body(
@@ -251,20 +284,24 @@ def _lstm_scan_bwd(
             dc_new * i * (1.0 - g * g), dh_out * tc * o * (1.0 - o)], axis=-1)
         dh_in = precision.matmul_nt(dz, w_hh).astype(dz.dtype)
         if rmask is not None:
-            drmask = drmask + h_prev * dh_in
+            drmask = drmask + (h_prev * dh_in).astype(drmask.dtype)
             dh_in = dh_in * rmask
         return (dc + dc_new * f, dh + dh_in, drmask), dz
 
     # a mask broadcast against h (one (batch, H) mask for D directions, say) gets its
     # gradient summed over the axes it was broadcast along
-    drmask0 = None if rmask is None else jnp.zeros(dh_last.shape, rmask.dtype)
+    drmask0 = None if rmask is None else jnp.zeros(
+        dh_last.shape, jnp.promote_types(rmask.dtype, dh_last.dtype))
     (dc0, dh0, drmask), dzs = jax.lax.scan(
         body, (dc_last, dh_last, drmask0), (dys, mask, res), reverse=True, unroll=unroll)
     if rmask is not None:
-        drmask = _sum_to_shape(drmask, rmask.shape)
+        drmask = _sum_to_shape(drmask, rmask.shape).astype(rmask.dtype)
     h_prev = res[-1] if rmask is None else res[-1] * rmask
     dw = jax.vmap(_sum_over_steps, in_axes=1) if w_hh.ndim == 3 else _sum_over_steps
-    return dw(h_prev, dzs).astype(w_hh.dtype), dzs, (dc0, dh0), None, drmask
+    # each gradient in its primal's dtype (a float32 carry under bfloat16 weights, say)
+    dcarry = (dc0.astype(res[1].dtype), dh0.astype(res[-1].dtype))
+    return (dw(h_prev, dzs).astype(w_hh.dtype), dzs.astype(xs_dtype.dtype), dcarry, None,
+            drmask)
 
 
 def _sum_to_shape(x: Array, shape: tuple[int, ...]) -> Array:
@@ -358,12 +395,11 @@ class Recurrent(nn.Module):
         check_sequence("Recurrent", x, lengths)
         params = self.cell_params(x.shape[-1])
         xw = cells.project(params, x)  # every time step in one matrix product
-        if carry is None:  # in the dtype of x and the parameters promoted, as nn.Dense's
-            carry = self.zero_carry(x.shape[0], xw.dtype)
-        return scan_cell(
-            cells.get_cell(self.cell), params, xw, carry, lengths, self.reverse, self.unroll,
-            recurrent_mask,
-        )
+        spec = cells.get_cell(self.cell)
+        # in the dtype of x and the parameters promoted, as nn.Dense's output
+        carry = initial_carry("Recurrent", spec, carry, x.shape[0], self.features, xw.dtype)
+        return scan_cell(spec, params, xw, carry, lengths, self.reverse, self.unroll,
+                         recurrent_mask)
 
 
 class Bidirectional(nn.Module):
@@ -395,7 +431,7 @@ class Bidirectional(nn.Module):
         x: Array,
         carry: tuple[cells.Carry, cells.Carry] | None = None,
         lengths: Array | None = None,
-        recurrent_mask: tuple[Array, Array] | None = None,
+        recurrent_mask: tuple[Array, Array] | Array | None = None,
     ) -> tuple[tuple[cells.Carry, cells.Carry], Array]:
         """``x``: (batch, time, in_features) -> ``((fwd_carry, bwd_carry), (batch, time,
         2 * features))``; ``lengths``: optional ``(batch,)`` real lengths, clamped to the
@@ -417,8 +453,11 @@ class Bidirectional(nn.Module):
         spec = cells.get_cell(self.cell)
         xw = cells.project(jax.tree.map(lambda a, b: jnp.concatenate([a, b], -1), pf, pb), x)
         xf, xb = jnp.split(xw, 2, axis=-1)
-        carry = (spec.zero_carry((x.shape[0],), self.features, xw.dtype),) * 2 if (
-            carry is None) else carry
+        if carry is not None and not (isinstance(carry, tuple | list) and len(carry) == 2):
+            raise ValueError("Bidirectional: carry must be a (forward, backward) pair of "
+                             "carries, or None for zeros")
+        carry = tuple(initial_carry("Bidirectional (each direction)", spec, c, x.shape[0],
+                                    self.features, xw.dtype) for c in (carry or (None, None)))
         rmask = (None, None) if recurrent_mask is None else recurrent_mask
         if not _fast_lstm(spec):
             cf, yf = scan_cell(spec, pf, xf, carry[0], lengths, False, self.unroll, rmask[0])

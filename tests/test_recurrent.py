@@ -217,3 +217,94 @@ def test_malformed_layer_settings_are_one_line_errors():
     ]:
         with pytest.raises(ValueError, match=message):
             module.init(jax.random.key(0), x)
+
+
+def test_gradients_come_back_in_their_parameters_dtype():
+    """bfloat16 parameters with the default float32 carries (the README's mixed-precision
+    route): every gradient is bfloat16, as its parameter, also through ``lstm_scan``'s
+    hand-written backward pass and with a float32 recurrent mask."""
+    from dense_rnn.models import LanguageModel
+    from dense_rnn.precision import cast_floating
+
+    tokens = jnp.zeros((2, 5), jnp.int32)
+    lm = LanguageModel(50, 8, 6, 2, connectivity="dense")
+    v = cast_floating(lm.init(jax.random.key(0), tokens), jnp.bfloat16)
+    g = jax.grad(lambda p: lm.apply(p, tokens, lm.zero_carries(2), tokens)[0].sum())(v)
+    assert {a.dtype for a in jax.tree.leaves(g)} == {jnp.dtype(jnp.bfloat16)}
+
+    k = jax.random.split(jax.random.key(1), 4)
+    args = (jax.random.normal(k[0], (4, 16), jnp.bfloat16),  # w_hh
+            jax.random.normal(k[1], (5, 3, 16), jnp.bfloat16),  # xs
+            (jax.random.normal(k[2], (3, 4)), jnp.zeros((3, 4))),  # float32 carry
+            None, jax.random.uniform(k[3], (3, 4)))  # float32 recurrent mask
+
+    def loss(w, xs, carry, mask, rmask):
+        (c, h), ys = recurrent.lstm_scan(w, xs, carry, mask, rmask)
+        return ys.astype(jnp.float32).sum() + c.sum() + h.sum()
+
+    grads = jax.grad(loss, argnums=(0, 1, 2, 4))(*args)
+    assert jax.tree.map(lambda a: a.dtype, grads) == jax.tree.map(
+        lambda a: a.dtype, (args[0], args[1], args[2], args[4]))
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_a_narrower_carry_is_promoted_to_the_parameters_dtype(cell):
+    layer = recurrent.Recurrent(cell, 4)
+    x = jax.random.normal(jax.random.key(0), (2, 3, 5))
+    variables = layer.init(jax.random.key(1), x)
+    carry, y = layer.apply(variables, x, layer.zero_carry(2, jnp.bfloat16))
+    assert y.dtype == jnp.float32 and {a.dtype for a in jax.tree.leaves(carry)} == {y.dtype}
+    np.testing.assert_array_equal(y, layer.apply(variables, x)[1])
+
+
+@pytest.mark.parametrize("layer, carry, message", [
+    (recurrent.Recurrent("lstm", 4), (jnp.zeros((2, 3)),) * 2,
+     r"Recurrent: carry must be shaped like zero_carry\(2\), \(\(2, 4\), \(2, 4\)\); got "
+     r"\(\(2, 3\), \(2, 3\)\)"),
+    (recurrent.Recurrent("gru", 4), (jnp.zeros((2, 4)),) * 2,
+     r"carry must be shaped like zero_carry\(2\), \(2, 4\); got \(\(2, 4\), \(2, 4\)\)"),
+    (recurrent.Bidirectional("gru", 4), jnp.zeros((2, 4)),
+     r"Bidirectional: carry must be a \(forward, backward\) pair"),
+    (recurrent.Bidirectional("lstm", 4), (jnp.zeros((2, 4)),) * 2,
+     r"Bidirectional \(each direction\): carry must be shaped like zero_carry\(2\)"),
+])
+def test_malformed_carries_are_one_line_errors(layer, carry, message):
+    with pytest.raises(ValueError, match=message) as e:
+        layer.init(jax.random.key(0), jnp.ones((2, 3, 5)), carry)
+    assert "\n" not in str(e.value)
+
+
+def _models():
+    from dense_rnn.models import DCBiLSTM, HMTextClassifier, LanguageModel
+
+    return [LanguageModel(50, 8, 6, 2), DCBiLSTM(50, 3, 8, dl=1, dh=4, th=4),
+            HMTextClassifier(50, 3, 8, net="hm", cell="gru", features=4, depths=(2,))]
+
+
+@pytest.mark.parametrize("model", _models(), ids=lambda m: type(m).__name__)
+@pytest.mark.parametrize("tokens, message", [
+    (np.zeros(5, np.int32), r"got int32 \(5,\); add a batch axis with tokens\[None\]"),
+    (np.zeros((2, 5), np.float32), r"got float32 \(2, 5\)(?!;)"),  # no batch-axis hint
+    ([[1, 2]], r"got list(?!;)"),
+])
+def test_models_reject_malformed_tokens_in_one_line(model, tokens, message):
+    with pytest.raises(ValueError, match=f"{type(model).__name__}: tokens must be integer ids "
+                                         rf"of shape \(batch, time\), {message}"):
+        model.init(jax.random.key(0), tokens)
+
+
+def test_language_model_settings_and_targets_are_checked():
+    from dense_rnn import stack
+    from dense_rnn.models import LanguageModel
+
+    tokens = jnp.zeros((2, 5), jnp.int32)
+    for model, args, message in [
+        (LanguageModel(50, 8, 6, 0), (), "num_layers=0 must be at least 1"),
+        (LanguageModel(50, 8, 6, 1, dropout_rate=-0.5), (), r"dropout_rate=-0.5 must be in"),
+        (LanguageModel(50, 8, 6, 1), (None, tokens[:, :3]),
+         r"targets \(2, 3\) must have the shape of tokens \(2, 5\)"),
+        (stack.RecurrentStack("lstm", ()), (), r"features=\(\) must be a sequence"),
+    ]:
+        x = tokens if isinstance(model, LanguageModel) else jnp.ones((2, 5, 3))
+        with pytest.raises(ValueError, match=message):
+            model.init(jax.random.key(0), x, *args)

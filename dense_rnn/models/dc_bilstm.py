@@ -16,7 +16,7 @@ import jax.numpy as jnp
 
 from dense_rnn.configs.dc_bilstm import dense_features
 from dense_rnn.dropout import Dropout
-from dense_rnn.recurrent import clamp_lengths, length_mask
+from dense_rnn.recurrent import check_tokens, clamp_lengths, length_mask
 from dense_rnn.stack import RecurrentStack
 
 Array = jax.Array
@@ -65,6 +65,7 @@ class DCBiLSTM(nn.Module):
         for name in ("dropout_embed", "dropout_pool"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name}={getattr(self, name)} must be in [0, 1)")
+        check_tokens("DCBiLSTM", tokens)
         e = nn.Embed(self.vocab_size, self.embed_size, name="embed")(tokens)
         e = Dropout(self.dropout_embed)(e, deterministic)
         _, hs = RecurrentStack(

@@ -23,6 +23,7 @@ from dense_rnn import cells
 from dense_rnn.dense_block import pytorch_uniform
 from dense_rnn.hm_stack import HMDenseStack
 from dense_rnn.hornn import GatedHORNN
+from dense_rnn.recurrent import check_tokens
 from dense_rnn.stack import RecurrentStack
 
 Array = jax.Array
@@ -94,5 +95,6 @@ class HMTextClassifier(nn.Module):
         if self.features < 1 or self.layers < 1 or min(self.depths, default=0) < 1:
             raise ValueError(f"features={self.features}, layers={self.layers}, depths="
                              f"{tuple(self.depths)}: each must be at least 1")
+        check_tokens("HMTextClassifier", tokens)
         e = nn.Embed(self.vocab_size, self.embed_size, name="embed")(tokens)
         return nn.Dense(self.num_classes, name="softmax")(self.recurrent_net(e, lengths))

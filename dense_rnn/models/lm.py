@@ -55,6 +55,11 @@ class LanguageModel(nn.Module):
         deterministic: bool = True,
     ) -> tuple[Array, tuple]:
         """``(logits or per-token NLL, final carries)``; see the class docstring."""
+        recurrent.check_tokens("LanguageModel", tokens, targets)
+        if self.num_layers < 1:
+            raise ValueError(f"LanguageModel: num_layers={self.num_layers} must be at least 1")
+        if not 0.0 <= self.dropout_rate < 1.0:
+            raise ValueError(f"LanguageModel: dropout_rate={self.dropout_rate} must be in [0, 1)")
         init = recurrent.uniform_init(self.init_scale)
         e = nn.Embed(self.vocab_size, self.embed_size, embedding_init=init, name="embed")(tokens)
         broadcast = (1,) if self.variational else ()
