@@ -4,6 +4,7 @@ usage line naming the option."""
 from __future__ import annotations
 
 import argparse
+import math
 
 
 def count(text: str) -> int:
@@ -18,11 +19,11 @@ def count(text: str) -> int:
 
 
 def seconds(text: str) -> float:
-    """A positive number of seconds (``min_time``)."""
+    """A positive, finite number of seconds (``min_time``)."""
     try:
         s = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not s > 0:  # also rejects nan
-        raise argparse.ArgumentTypeError(f"{text} must be above 0")
+    if not (s > 0 and math.isfinite(s)):  # also rejects nan
+        raise argparse.ArgumentTypeError(f"{text} must be a finite number above 0")
     return s

@@ -77,18 +77,19 @@ def check_tokens(model: str, tokens: Array, targets: Array | None = None) -> Non
 
 def initial_carry(layer: str, spec: cells.Cell, carry: cells.Carry | None, batch: int,
                   features: int, dtype: DTypeLike) -> cells.Carry:
-    """``carry``, or the zero carry if ``None``, in ``dtype`` promoted with its own (a
-    float32 carry stays float32 under bfloat16 parameters); a one-line ``ValueError`` if its
-    structure or shapes are not those of ``spec.zero_carry``."""
+    """``carry``, or the zero carry if ``None``, every part in ``dtype`` promoted with the
+    carry's own (a float32 carry stays float32 under bfloat16 parameters); a one-line
+    ``ValueError`` if its structure or shapes are not those of ``spec.zero_carry``."""
     zero = spec.zero_carry((batch,), features, dtype)
     if carry is None:
         return zero
+    carry = jax.tree.map(jnp.asarray, tuple(carry) if isinstance(carry, list) else carry)
     shapes, expected = jax.tree.map(jnp.shape, carry), jax.tree.map(jnp.shape, zero)
     if jax.tree.structure(carry) != jax.tree.structure(zero) or shapes != expected:
         raise ValueError(f"{layer}: carry must be shaped like zero_carry({batch}), {expected}; "
                          f"got {shapes}")
-    return jax.tree.map(lambda c: jnp.asarray(c).astype(jnp.promote_types(c.dtype, dtype)),
-                        carry)
+    common = jnp.result_type(dtype, *jax.tree.leaves(carry))
+    return jax.tree.map(lambda c: c.astype(common), carry)
 
 
 def _drawn_wide(init: Initializer) -> Initializer:
@@ -389,8 +390,9 @@ class Recurrent(nn.Module):
     ) -> tuple[cells.Carry, Array]:
         """``x``: (batch, time, in_features) -> ``(final_carry, (batch, time, features))``.
 
-        ``carry``: initial carry (default zeros); ``lengths``: optional ``(batch,)`` real
-        lengths, clamped to the padded length; ``recurrent_mask``: see ``scan_cell``.
+        ``carry``: initial carry, shaped like ``zero_carry`` (default zeros); ``lengths``:
+        optional ``(batch,)`` real lengths, clamped to the padded length;
+        ``recurrent_mask``: see ``scan_cell``.
         """
         check_sequence("Recurrent", x, lengths)
         params = self.cell_params(x.shape[-1])
@@ -434,8 +436,9 @@ class Bidirectional(nn.Module):
         recurrent_mask: tuple[Array, Array] | Array | None = None,
     ) -> tuple[tuple[cells.Carry, cells.Carry], Array]:
         """``x``: (batch, time, in_features) -> ``((fwd_carry, bwd_carry), (batch, time,
-        2 * features))``; ``lengths``: optional ``(batch,)`` real lengths, clamped to the
-        padded length.
+        2 * features))``; ``carry``: a (forward, backward) pair of initial carries, each
+        shaped like ``Recurrent.zero_carry`` (default zeros); ``lengths``: optional
+        ``(batch,)`` real lengths, clamped to the padded length.
 
         Both directions' input projections are one matrix product; for the LSTM both
         directions then run in one scan (``lstm_scan`` with a direction axis)."""
@@ -453,11 +456,14 @@ class Bidirectional(nn.Module):
         spec = cells.get_cell(self.cell)
         xw = cells.project(jax.tree.map(lambda a, b: jnp.concatenate([a, b], -1), pf, pb), x)
         xf, xb = jnp.split(xw, 2, axis=-1)
-        if carry is not None and not (isinstance(carry, tuple | list) and len(carry) == 2):
+        if carry is not None and not (isinstance(carry, tuple | list) and len(carry) == 2
+                                      or getattr(carry, "ndim", 0) == 3 and len(carry) == 2):
             raise ValueError("Bidirectional: carry must be a (forward, backward) pair of "
-                             "carries, or None for zeros")
+                             "carries (for a GRU or RNN also one (2, batch, features) array), "
+                             "or None for zeros")
         carry = tuple(initial_carry("Bidirectional (each direction)", spec, c, x.shape[0],
-                                    self.features, xw.dtype) for c in (carry or (None, None)))
+                                    self.features, xw.dtype)
+                      for c in ((None, None) if carry is None else carry))
         rmask = (None, None) if recurrent_mask is None else recurrent_mask
         if not _fast_lstm(spec):
             cf, yf = scan_cell(spec, pf, xf, carry[0], lengths, False, self.unroll, rmask[0])

@@ -92,7 +92,7 @@ class RecurrentStack(nn.Module):
         ``carries``: one initial carry per layer (default zeros); ``lengths``: optional
         ``(batch,)`` real lengths, clamped to the padded length.
         """
-        if isinstance(self.features, numbers.Integral) or not self.features or not all(
+        if isinstance(self.features, numbers.Integral) or len(self.features) == 0 or not all(
                 isinstance(n, numbers.Integral) and n > 0 for n in self.features):
             raise ValueError(f"RecurrentStack: features={self.features!r} must be a sequence of "
                              "positive layer sizes, e.g. (200, 200)")

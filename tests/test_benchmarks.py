@@ -119,8 +119,9 @@ def test_an_isolated_worker_replies_with_its_peers_error(monkeypatch, capsys):
      "unknown implementations flax for these workloads; known: "),
     (run.main, "--workloads tiny_lm --repeats 0", "argument --repeats: 0 must be at least 1"),
     (run.main, "--workloads tiny_lm --repeats 2.5", "argument --repeats: '2.5' is not an integer"),
-    (run.main, "--workloads tiny_lm --min_time -1", "argument --min_time: -1 must be above 0"),
-    (run.main, "--workloads tiny_lm --min_time nan", "argument --min_time: nan must be above 0"),
+    (run.main, "--workloads tiny_lm --min_time -1", "argument --min_time: -1 must be a finite"),
+    (run.main, "--workloads tiny_lm --min_time nan", "argument --min_time: nan must be a finite"),
+    (run.main, "--workloads tiny_lm --min_time inf", "argument --min_time: inf must be a finite"),
     (run.main, "--workloads tiny_lm --min_time x", "argument --min_time: 'x' is not a number"),
     (run.main, f"--workloads tiny_lm --out {__file__}", "is a file; give a directory"),
     (binary.main, "tiny --steps 0", "argument --steps: 0 must be at least 1"),
@@ -128,7 +129,7 @@ def test_an_isolated_worker_replies_with_its_peers_error(monkeypatch, capsys):
     (binary.main, "tiny --binary_flags=--config=zaremba_small", "--config=zaremba_small cannot"),
     (binary.main, "tiny --binary_flags=--mode=sample", "--mode=sample cannot be given there"),
     (profile.main, "tiny_lm --top 0", "argument --top: 0 must be at least 1"),
-    (ab.main, "tiny_lm --min_time 0", "argument --min_time: 0 must be above 0"),
+    (ab.main, "tiny_lm --min_time 0", "argument --min_time: 0 must be a finite number above 0"),
 ])
 def test_bad_options_are_usage_errors(capsys, main, args, message):
     with pytest.raises(SystemExit) as e:

@@ -1,5 +1,7 @@
 """Scanned recurrent layers: hoisted projection, lengths, reverse, padding invariance."""
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -246,6 +248,13 @@ def test_gradients_come_back_in_their_parameters_dtype():
     assert jax.tree.map(lambda a: a.dtype, grads) == jax.tree.map(
         lambda a: a.dtype, (args[0], args[1], args[2], args[4]))
 
+    layer = recurrent.Bidirectional("lstm", 4)  # both directions in one lstm_scan
+    x = jnp.ones((2, 3, 5), jnp.bfloat16)
+    v = cast_floating(layer.init(jax.random.key(2), x), jnp.bfloat16)
+    zero = recurrent.Recurrent("lstm", 4).zero_carry(2)  # float32
+    g = jax.grad(lambda p: layer.apply(p, x, (zero, zero))[1].sum())(v)
+    assert {a.dtype for a in jax.tree.leaves(g)} == {jnp.dtype(jnp.bfloat16)}
+
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 def test_a_narrower_carry_is_promoted_to_the_parameters_dtype(cell):
@@ -257,6 +266,31 @@ def test_a_narrower_carry_is_promoted_to_the_parameters_dtype(cell):
     np.testing.assert_array_equal(y, layer.apply(variables, x)[1])
 
 
+def test_carries_as_numpy_arrays_lists_and_mixed_dtypes():
+    """A NumPy float64 carry (JAX's float32 without x64), an LSTM carry as a list, and a
+    carry whose parts differ in dtype (promoted to one) all run as the equivalent tuple."""
+    layer = recurrent.Recurrent("lstm", 4)
+    x = jax.random.normal(jax.random.key(0), (2, 3, 5))
+    variables = layer.init(jax.random.key(1), x)
+    c = np.random.default_rng(0).normal(size=(2, 4))
+    want = layer.apply(variables, x, (jnp.asarray(c, jnp.float32),) * 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for carry in [(c, c), [c, c], (c.astype(np.float32), jnp.asarray(c, jnp.bfloat16))]:
+            got = layer.apply(variables, x, carry)
+            np.testing.assert_allclose(got[1], want[1], atol=2e-2)
+            assert {a.dtype for a in jax.tree.leaves(got)} == {jnp.dtype(jnp.float32)}
+
+
+def test_bidirectional_gru_takes_a_stacked_carry():
+    layer = recurrent.Bidirectional("gru", 4)
+    x = jax.random.normal(jax.random.key(0), (2, 3, 5))
+    variables = layer.init(jax.random.key(1), x)
+    h = jax.random.normal(jax.random.key(2), (2, 2, 4))
+    np.testing.assert_array_equal(layer.apply(variables, x, h)[1],
+                                  layer.apply(variables, x, (h[0], h[1]))[1])
+
+
 @pytest.mark.parametrize("layer, carry, message", [
     (recurrent.Recurrent("lstm", 4), (jnp.zeros((2, 3)),) * 2,
      r"Recurrent: carry must be shaped like zero_carry\(2\), \(\(2, 4\), \(2, 4\)\); got "
@@ -264,7 +298,7 @@ def test_a_narrower_carry_is_promoted_to_the_parameters_dtype(cell):
     (recurrent.Recurrent("gru", 4), (jnp.zeros((2, 4)),) * 2,
      r"carry must be shaped like zero_carry\(2\), \(2, 4\); got \(\(2, 4\), \(2, 4\)\)"),
     (recurrent.Bidirectional("gru", 4), jnp.zeros((2, 4)),
-     r"Bidirectional: carry must be a \(forward, backward\) pair"),
+     r"Bidirectional: carry must be a \(forward, backward\) pair of carries"),
     (recurrent.Bidirectional("lstm", 4), (jnp.zeros((2, 4)),) * 2,
      r"Bidirectional \(each direction\): carry must be shaped like zero_carry\(2\)"),
 ])
