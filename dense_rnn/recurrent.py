@@ -45,6 +45,12 @@ def length_mask(lengths: Array, max_len: int) -> Array:
     return jnp.arange(max_len)[None, :] < lengths[:, None]
 
 
+def _describe(a: object) -> str:
+    """``a``'s dtype and shape, or its type if it is not an array (a list, a scalar)."""
+    dtype = getattr(a, "dtype", None)
+    return type(a).__name__ if dtype is None else f"{dtype} {jnp.shape(a)}"
+
+
 def check_sequence(layer: str, x: Array, lengths: Array | None) -> None:
     """Raises a one-line ``ValueError`` unless ``x`` is (batch, time, features) and
     ``lengths`` is ``None`` or integer ``(batch,)``."""
@@ -54,9 +60,8 @@ def check_sequence(layer: str, x: Array, lengths: Array | None) -> None:
     dtype = getattr(lengths, "dtype", None)  # None: a list or a scalar, not an array
     if lengths is not None and (dtype is None or jnp.shape(lengths) != x.shape[:1]
                                 or not jnp.issubdtype(dtype, jnp.integer)):
-        got = type(lengths).__name__ if dtype is None else f"{dtype} {jnp.shape(lengths)}"
         raise ValueError(f"{layer}: lengths must be an integer array of shape ({x.shape[0]},), "
-                         f"one per sequence, got {got}")
+                         f"one per sequence, got {_describe(lengths)}")
 
 
 def check_tokens(model: str, tokens: Array, targets: Array | None = None) -> None:
@@ -66,10 +71,9 @@ def check_tokens(model: str, tokens: Array, targets: Array | None = None) -> Non
         dtype = getattr(a, "dtype", None)
         if a is not None and (dtype is None or jnp.ndim(a) != 2
                               or not jnp.issubdtype(dtype, jnp.integer)):
-            got = type(a).__name__ if dtype is None else f"{dtype} {jnp.shape(a)}"
             hint = f"; add a batch axis with {name}[None]" if getattr(a, "ndim", 0) == 1 else ""
             raise ValueError(f"{model}: {name} must be integer ids of shape (batch, time), got "
-                             f"{got}{hint}")
+                             f"{_describe(a)}{hint}")
     if targets is not None and targets.shape != tokens.shape:
         raise ValueError(f"{model}: targets {targets.shape} must have the shape of tokens "
                          f"{tokens.shape}")
@@ -443,9 +447,7 @@ class Bidirectional(nn.Module):
         Both directions' input projections are one matrix product; for the LSTM both
         directions then run in one scan (``lstm_scan`` with a direction axis)."""
         check_sequence("Bidirectional", x, lengths)
-        pair = isinstance(recurrent_mask, tuple | list) and len(recurrent_mask) == 2
-        stacked = getattr(recurrent_mask, "ndim", 0) == 3 and len(recurrent_mask) == 2
-        if recurrent_mask is not None and not (pair or stacked):
+        if recurrent_mask is not None and not _per_direction(recurrent_mask):
             raise ValueError("Bidirectional: recurrent_mask must be a (forward, backward) pair "
                              "of (batch, features) masks, or one (2, batch, features) array")
         kw = dict(cell=self.cell, features=self.features, kernel_init=self.kernel_init,
@@ -456,8 +458,7 @@ class Bidirectional(nn.Module):
         spec = cells.get_cell(self.cell)
         xw = cells.project(jax.tree.map(lambda a, b: jnp.concatenate([a, b], -1), pf, pb), x)
         xf, xb = jnp.split(xw, 2, axis=-1)
-        if carry is not None and not (isinstance(carry, tuple | list) and len(carry) == 2
-                                      or getattr(carry, "ndim", 0) == 3 and len(carry) == 2):
+        if carry is not None and not _per_direction(carry):
             raise ValueError("Bidirectional: carry must be a (forward, backward) pair of "
                              "carries (for a GRU or RNN also one (2, batch, features) array), "
                              "or None for zeros")
@@ -477,6 +478,11 @@ class Bidirectional(nn.Module):
         ys = ys.transpose(1, 2, 0, 3)  # (direction, batch, time, H)
         return ((c[0], h[0]), (c[1], h[1])), jnp.concatenate(
             [ys[0], reverse_padded(ys[1], lengths)], axis=-1)
+
+
+def _per_direction(v: object) -> bool:
+    """Whether ``v`` is one value per direction: a pair, or an array (2, batch, H)."""
+    return (isinstance(v, tuple | list) or getattr(v, "ndim", 0) == 3) and len(v) == 2
 
 
 def _stack2(a: Array, b: Array) -> Array:
