@@ -96,6 +96,20 @@ def initial_carry(layer: str, spec: cells.Cell, carry: cells.Carry | None, batch
     return jax.tree.map(lambda c: c.astype(common), carry)
 
 
+def recurrent_dropout_mask(layer: str, mask: Array, h: Array) -> Array:
+    """``mask`` in the dtype of ``h`` (the scan's carry keeps its dtype, a float32 mask on a
+    bfloat16 layer included); a one-line ``ValueError`` unless it broadcasts to ``h``'s
+    (batch, features) without growing it."""
+    try:
+        grown = jnp.broadcast_shapes(jnp.shape(mask), h.shape) != h.shape
+    except ValueError:
+        grown = True
+    if grown:
+        raise ValueError(f"{layer}: recurrent_mask must broadcast to (batch, features) "
+                         f"{h.shape}, got {_describe(mask)}")
+    return jnp.asarray(mask).astype(h.dtype)
+
+
 def _drawn_wide(init: Initializer) -> Initializer:
     """``init`` drawn in at least float32, then cast to the requested dtype: some
     initializers (``orthogonal``'s QR) have no bfloat16 kernel."""
@@ -149,7 +163,8 @@ def scan_cell(
       unroll: ``lax.scan`` unroll factor.
       recurrent_mask: optional ``(batch, hidden)`` dropout mask (already scaled) applied
         to ``h_{t-1}`` in the recurrent product, the same at every step (Gal & Ghahramani
-        2016). LSTM only: there ``h_{t-1}`` enters the step through that product alone.
+        2016), in the carry's dtype. LSTM only: there ``h_{t-1}`` enters the step through
+        that product alone.
 
     Returns:
       ``(final_carry, outputs)``; outputs are ``(batch, time, hidden)``, zero at padding.
@@ -157,6 +172,8 @@ def scan_cell(
     """
     if recurrent_mask is not None and cell.name != "lstm":
         raise ValueError("recurrent (variational) dropout is implemented for the LSTM only")
+    if recurrent_mask is not None:  # the scan keeps its carry's dtype
+        recurrent_mask = jnp.asarray(recurrent_mask).astype(carry[1].dtype)
     if reverse:
         xw = reverse_padded(xw, lengths)
     xs = jnp.swapaxes(xw, 0, 1)
@@ -404,6 +421,8 @@ class Recurrent(nn.Module):
         spec = cells.get_cell(self.cell)
         # in the dtype of x and the parameters promoted, as nn.Dense's output
         carry = initial_carry("Recurrent", spec, carry, x.shape[0], self.features, xw.dtype)
+        if recurrent_mask is not None and spec.name == "lstm":
+            recurrent_mask = recurrent_dropout_mask("Recurrent", recurrent_mask, carry[1])
         return scan_cell(spec, params, xw, carry, lengths, self.reverse, self.unroll,
                          recurrent_mask)
 
@@ -466,6 +485,9 @@ class Bidirectional(nn.Module):
                                     self.features, xw.dtype)
                       for c in ((None, None) if carry is None else carry))
         rmask = (None, None) if recurrent_mask is None else recurrent_mask
+        if recurrent_mask is not None and spec.name == "lstm":
+            rmask = tuple(recurrent_dropout_mask("Bidirectional (each direction)", m, c[1])
+                          for m, c in zip(rmask, carry, strict=True))
         if not _fast_lstm(spec):
             cf, yf = scan_cell(spec, pf, xf, carry[0], lengths, False, self.unroll, rmask[0])
             cb, yb = scan_cell(spec, pb, xb, carry[1], lengths, True, self.unroll, rmask[1])

@@ -1,5 +1,6 @@
 """Scanned recurrent layers: hoisted projection, lengths, reverse, padding invariance."""
 
+import re
 import warnings
 
 import jax
@@ -188,6 +189,37 @@ def test_bidirectional_wants_a_pair_of_recurrent_masks():
     masks = jax.random.uniform(jax.random.key(2), (2, 2, 4))
     np.testing.assert_array_equal(layer.apply(variables, x, recurrent_mask=masks)[1],
                                   layer.apply(variables, x, recurrent_mask=tuple(masks))[1])
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_a_float32_recurrent_mask_on_an_all_bfloat16_layer(bidirectional):
+    """The mask takes the carry's dtype, which the scan keeps: a float32 mask on a bfloat16
+    layer (bfloat16 inputs, parameters and carries) runs as the same mask in bfloat16."""
+    layer = (recurrent.Bidirectional if bidirectional else recurrent.Recurrent)(
+        "lstm", 4, param_dtype=jnp.bfloat16)
+    x = jax.random.normal(jax.random.key(1), (2, 3, 3)).astype(jnp.bfloat16)
+    variables = layer.init(jax.random.key(0), x)
+    m = jnp.where(jax.random.bernoulli(jax.random.key(2), 0.5, (2, 4)), 2.0, 0.0)
+    mask32, mask16 = ((m, m), (m.astype(jnp.bfloat16),) * 2) if bidirectional else (
+        m, m.astype(jnp.bfloat16))
+    y32, y16 = (layer.apply(variables, x, recurrent_mask=k)[1] for k in (mask32, mask16))
+    assert y32.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(y32, y16)
+    grads = jax.grad(lambda v: layer.apply(v, x, recurrent_mask=mask32)[1].sum())(variables)
+    assert {g.dtype for g in jax.tree.leaves(grads)} == {jnp.dtype(jnp.bfloat16)}
+
+
+@pytest.mark.parametrize("layer", [recurrent.Recurrent("lstm", 4),
+                                   recurrent.Bidirectional("lstm", 4)],
+                         ids=lambda m: type(m).__name__)
+@pytest.mark.parametrize("mask", [np.ones((2, 5)), np.ones((3, 2, 4))], ids=["features", "rank"])
+def test_a_recurrent_mask_of_the_wrong_shape_is_one_line(layer, mask):
+    x = jax.random.normal(jax.random.key(1), (2, 3, 3))
+    variables = layer.init(jax.random.key(0), x)
+    masks = (mask, mask) if isinstance(layer, recurrent.Bidirectional) else mask
+    with pytest.raises(ValueError, match=r"recurrent_mask must broadcast to \(batch, features\) "
+                                         rf"\(2, 4\), got float64 {re.escape(str(mask.shape))}"):
+        layer.apply(variables, x, recurrent_mask=masks)
 
 
 @pytest.mark.parametrize("layer", _layers(), ids=lambda m: f"{type(m).__name__}")
