@@ -1,0 +1,23 @@
+"""What the install puts on ``sys.path``: the library, and not the checkout's binaries."""
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.conftest import REPO
+
+
+def test_only_the_library_is_importable_outside_the_checkout(tmp_path):
+    """``experiments`` and ``benchmarks`` run from the checkout's root (``python -m
+    experiments.ptb_lm``); installed, such generic names would shadow a user's own."""
+    code = ("import importlib.util, json\n"
+            "specs = {n: importlib.util.find_spec(n) for n in "
+            "('dense_rnn', 'experiments', 'benchmarks', 'tests')}\n"
+            "print(json.dumps({n: s and s.origin for n, s in specs.items()}))\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, check=True,
+                         capture_output=True, text=True).stdout
+    origins = json.loads(out)
+    assert origins.pop("dense_rnn").startswith(os.path.join(REPO, "dense_rnn"))
+    assert not [o for o in origins.values() if o and o.startswith(REPO)], origins
