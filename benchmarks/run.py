@@ -146,10 +146,12 @@ def _count_compiles() -> None:
         jax.monitoring.register_event_duration_secs_listener(listener)
 
 
-def build_steps(w, min_time: float) -> tuple[dict[str, Callable], dict[str, dict]]:
-    """Builds (and compiles) every implementation of ``w``; per implementation, JAX's compile
-    time (None for PyTorch's), the build and first step's wall time, and how many steps make
-    one timed set of about ``min_time`` seconds. A peer that fails to build or run (say,
+def build_steps(w, min_time: float, warmup: float = 0.0
+                ) -> tuple[dict[str, Callable], dict[str, dict]]:
+    """Builds (and compiles) every implementation of ``w`` and runs it for ``warmup`` seconds
+    (at least one step after the first); per implementation, JAX's compile time (None for
+    PyTorch's), the build and first step's wall time, the warm-up steps, and how many steps
+    make one timed set of about ``min_time`` seconds. A peer that fails to build or run (say,
     a cuDNN kernel this JAX lacks) is left out with its ``error``; ours never is."""
     from benchmarks.workloads import OURS
 
@@ -162,8 +164,11 @@ def build_steps(w, min_time: float) -> tuple[dict[str, Callable], dict[str, dict
             steps[name]()
             setup_s = time.perf_counter() - t0
             compile_s = None if "torch" in name else _compile_seconds[0] - c0
-            t0 = time.perf_counter()
+            t0, warm = time.perf_counter(), 1
             steps[name]()
+            while time.perf_counter() - t0 < warmup:  # the heap's and caches' first steps
+                steps[name]()
+                warm += 1
         except Exception as e:  # one peer's failure must not end the run
             if name == OURS:
                 raise
@@ -172,8 +177,9 @@ def build_steps(w, min_time: float) -> tuple[dict[str, Callable], dict[str, dict
             print(f"{w.name}: {name} not timed ({out[name]['error']})", file=sys.stderr,
                   flush=True)
             continue
-        iters = max(1, round(min_time / max(time.perf_counter() - t0, 1e-6)))
-        out[name] = {"compile_s": compile_s, "setup_s": setup_s, "iters": iters, "times": []}
+        per_step = (time.perf_counter() - t0) / warm
+        out[name] = {"compile_s": compile_s, "setup_s": setup_s, "warmup_steps": warm,
+                     "iters": max(1, round(min_time / max(per_step, 1e-6))), "times": []}
     return steps, out
 
 
@@ -190,9 +196,10 @@ def _round_robin(names: list[str], r: int) -> list[str]:
     return names[r % len(names):] + names[: r % len(names)]
 
 
-def time_workload(w, repeats: int, min_time: float) -> dict[str, dict]:
-    """Builds every implementation, then times them round-robin ``repeats`` times."""
-    steps, out = build_steps(w, min_time)
+def time_workload(w, repeats: int, min_time: float, warmup: float = 0.0) -> dict[str, dict]:
+    """Builds and warms up every implementation, then times them round-robin ``repeats``
+    times."""
+    steps, out = build_steps(w, min_time, warmup)
     names = list(steps)
     for r in range(repeats):
         for name in _round_robin(names, r):
@@ -208,12 +215,13 @@ def build_workload(name: str):
     return WORKLOADS[name]() if name in WORKLOADS else lm_workload(name)
 
 
-def serve(workload: str, impl: str, min_time: float) -> None:
-    """Worker of ``Workers``: builds one implementation, prints its compile time and steps
-    per timed set (JSON), then times one set per line read from stdin, printing seconds per
-    step."""
+def serve(workload: str, impl: str, min_time: float, warmup: float = 0.0) -> None:
+    """Worker of ``Workers``: builds and warms up one implementation, prints its compile time
+    and steps per timed set (JSON), then times one set per line read from stdin, printing
+    seconds per step."""
     w = build_workload(workload)
-    steps, out = build_steps(dataclasses.replace(w, impls={impl: w.impls[impl]}), min_time)
+    steps, out = build_steps(dataclasses.replace(w, impls={impl: w.impls[impl]}), min_time,
+                             warmup)
     print(json.dumps({k: v for k, v in out[impl].items() if k != "times"}), flush=True)
     if "error" in out[impl]:
         return
@@ -243,14 +251,15 @@ class Workers:
     settings), except that PyTorch keeps OpenMP's default wait policy. ``info[name]``: the
     worker's compile time, set-up time and steps per set, or its error."""
 
-    def __init__(self, workload: str, names: list[str], min_time: float):
+    def __init__(self, workload: str, names: list[str], min_time: float, warmup: float = 0.0):
         self.procs: dict[str, subprocess.Popen] = {}
         self.info: dict[str, dict] = {}
         try:
             for name in names:
                 self.procs[name] = subprocess.Popen(
                     [sys.executable, "-m", "benchmarks.run", "--serve", workload, name,
-                     "--min_time", str(min_time)], stdin=subprocess.PIPE,
+                     "--min_time", str(min_time), "--warmup", str(warmup)],
+                    stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE, text=True, env=worker_env(name))
                 self.info[name] = json.loads(_reply(name, self.procs[name]))
         except BaseException:
@@ -275,10 +284,10 @@ class Workers:
         self.close()
 
 
-def time_isolated(workload: str, names: list[str], repeats: int,
-                  min_time: float) -> dict[str, dict]:
+def time_isolated(workload: str, names: list[str], repeats: int, min_time: float,
+                  warmup: float = 0.0) -> dict[str, dict]:
     """``time_workload`` with each implementation in a process of its own (``Workers``)."""
-    with Workers(workload, names, min_time) as workers:
+    with Workers(workload, names, min_time, warmup) as workers:
         out = {name: {**workers.info[name], "times": []} for name in names}
         timed = [name for name in names if "error" not in out[name]]
         for r in range(repeats):
@@ -318,6 +327,7 @@ def summarise(w, timings: dict[str, dict]) -> list[dict]:
                      "gflops": work / med / 1e9, "gemm_frac": frac, "gemm_frac_range": frac_range,
                      "ours_x": ours_x, "ours_x_range": ours_x_range,
                      "compile_s": t["compile_s"], "setup_s": t["setup_s"],
+                     "warmup_steps": t.get("warmup_steps"),
                      "times_ms": [1e3 * x for x in t["times"]]})
     return rows
 
@@ -342,8 +352,9 @@ def _device_mb(impl: str) -> Callable[[], float] | None:
 
 def probe(workload: str, impl: str) -> None:
     """Subprocess mode: peak RSS growth (MB) of building ``impl`` and running 3 steps, and on
-    a GPU the peak of the accelerator memory it allocated. JAX's backend and PyTorch are
-    loaded first, so no row counts a library's own start-up."""
+    a GPU the peak of the accelerator memory it allocated. JAX's backend and PyTorch (with
+    its CUDA context, where it has one) are loaded first, so no row counts a library's own
+    start-up."""
     import jax
 
     from benchmarks.workloads import WORKLOADS
@@ -351,7 +362,10 @@ def probe(workload: str, impl: str) -> None:
     w = WORKLOADS[workload]()
     jax.devices()
     if "torch" in impl:
-        import torch  # noqa: F401
+        import torch
+
+        if torch.cuda.is_available():
+            torch.zeros(1, device="cuda")  # creates the context, as jax.devices() did JAX's
     device_mb = _device_mb(impl)
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # resets the high-water mark VmHWM to the current RSS
@@ -442,6 +456,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--repeats", type=options.count,
                    help="round-robin repeats (default 3 quick, 5 full)")
     p.add_argument("--min_time", type=options.seconds, help="seconds per timed repeat (0.1 / 0.6)")
+    p.add_argument("--warmup", type=options.seconds,
+                   help="seconds each implementation runs before it is timed, past its first "
+                        "steps' page faults and cold caches (0.1 / 3)")
     p.add_argument("--memory", action=argparse.BooleanOptionalAction, default=None,
                    help="measure peak memory (host RSS; on a GPU also the device's) in "
                         "subprocesses (default: on, off with --quick)")
@@ -457,7 +474,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         probe(*a.probe)
         return []
     if a.serve:
-        serve(*a.serve, a.min_time or 0.6)
+        serve(*a.serve, a.min_time or 0.6, a.warmup or 0.0)
         return []
     names = a.workloads.split(",") if a.workloads else (QUICK if a.quick else FULL)
     unknown = [n for n in names if n not in WORKLOADS]
@@ -474,6 +491,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     repeats = a.repeats or (3 if a.quick else 5)
     isolated = not a.quick if a.isolated is None else a.isolated
     min_time = a.min_time or (0.1 if a.quick else 0.6)
+    warmup = a.warmup or (0.1 if a.quick else 3.0)
     env = environment()
     print(json.dumps(env), flush=True)
     has_torch = importlib.util.find_spec("torch") is not None
@@ -490,8 +508,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
             keep = {*a.impls.split(","), OURS}
             w = dataclasses.replace(w, impls={k: v for k, v in w.impls.items()
                                               if k in keep or k.startswith(GEMM)})
-        timings = (time_isolated(name, list(w.impls), repeats, min_time) if isolated
-                   else time_workload(w, repeats, min_time))
+        timings = (time_isolated(name, list(w.impls), repeats, min_time, warmup) if isolated
+                   else time_workload(w, repeats, min_time, warmup))
         rows = summarise(w, timings)
         if a.memory or (a.memory is None and not a.quick):
             for r in rows:
@@ -505,7 +523,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             os.makedirs(a.out, exist_ok=True)
             atomic_write(os.path.join(a.out, "results.json"), json.dumps(
                 {"environment": env, "argv": sys.argv, "isolated": isolated,
-                 "results": results}, indent=1))
+                 "min_time": min_time, "warmup": warmup, "results": results}, indent=1))
             atomic_write(os.path.join(a.out, "table.md"), table + "\n")
     print("\n" + table)
     return results

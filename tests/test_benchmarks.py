@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from types import SimpleNamespace
 
 import jax
@@ -80,6 +81,22 @@ def test_ours_x_is_the_median_paired_ratio_with_its_range():
     assert rows["ours"]["gemm_frac_range"] == pytest.approx((0.25, 0.5))
     assert rows["gemm xla"]["gemm_frac"] == pytest.approx(1.0)  # 0.8, 1, 1
     assert rows["ours"]["times_ms"] == pytest.approx([1e3, 2e3, 1e3])
+
+
+def test_each_implementation_warms_up_before_it_is_timed():
+    calls = []
+
+    def step() -> None:
+        calls.append(1)
+        time.sleep(0.005)
+
+    w = SimpleNamespace(impls={"ours": lambda: step})
+    _, out = run.build_steps(w, min_time=0.05, warmup=0.1)
+    warm = out["ours"]["warmup_steps"]
+    assert warm >= 10 and len(calls) == 1 + warm  # the first step builds, then >= 0.1 s
+    assert 5 <= out["ours"]["iters"] <= 10  # a set of ~0.05 s of ~5-10 ms steps
+    calls.clear()
+    assert run.build_steps(w, min_time=0.05)[1]["ours"]["warmup_steps"] == 1 == len(calls) - 1
 
 
 def test_a_peer_that_fails_is_left_out_with_its_error_and_results_are_kept(tmp_path,
