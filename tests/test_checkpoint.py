@@ -117,6 +117,20 @@ def test_an_unreadable_latest_checkpoint_falls_back_to_the_one_before(tmp_path, 
         ckpt.restore(like)
 
 
+def test_no_checkpoint_is_moved_aside_unless_an_older_one_restores(tmp_path):
+    """Checkpoints that all fail alike (of another structure here; a passing I/O error would
+    do the same) stay where they are, and the latest one's error is raised."""
+    with checkpoint.Checkpointer(str(tmp_path), {}) as ckpt:
+        for step in (1, 2, 3):
+            ckpt.save(step, {"w": np.full(3, step, np.float32)}, {"epoch": step})
+    other = {"w": np.zeros(4, np.float32)}
+    with (pytest.raises(UserError, match=r"checkpoints/3 cannot be read"),
+          checkpoint.Checkpointer(str(tmp_path), {}) as ckpt):
+        ckpt.restore(other)
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["2", "3"]  # max_to_keep=2
+    assert not (tmp_path / "unreadable_checkpoints").exists()
+
+
 def test_discard_from_removes_that_step_and_later(tmp_path):
     with checkpoint.Checkpointer(str(tmp_path), {}, max_to_keep=3) as ckpt:
         for step in (1, 2, 3):

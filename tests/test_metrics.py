@@ -2,11 +2,15 @@
 workdir holds) and the resume-safe metrics.jsonl."""
 
 import json
+import os
 import re
+import threading
 
+import jax
 import pytest
 
 from dense_rnn.errors import UserError
+from dense_rnn.files import atomic_write
 from dense_rnn.train import classify, lm
 from dense_rnn.train.metrics import MetricsWriter, not_finite_error
 
@@ -68,3 +72,28 @@ def test_a_file_that_is_not_utf8_is_a_user_error(tmp_path):
     (tmp_path / "metrics.jsonl").write_bytes(b'{"step": 10}\n\xff\xfe\n')
     with pytest.raises(UserError, match=r"metrics.jsonl is not UTF-8 text; repair or delete"):
         MetricsWriter(str(tmp_path), resume_step=20)
+
+
+def test_only_the_first_process_writes_the_records(tmp_path, monkeypatch):
+    """In a multi-host run every process keeps the records; only process 0 writes them."""
+    monkeypatch.setattr(jax, "process_index", lambda: 1)
+    writer = MetricsWriter(str(tmp_path))
+    writer.write({"step": 1, "valid_ppl": 9.0})
+    writer.close()
+    assert writer.records == [{"step": 1, "valid_ppl": 9.0}] and not os.listdir(tmp_path)
+
+
+def test_processes_writing_one_file_at_once_each_replace_it_whole(tmp_path):
+    path = str(tmp_path / "summary.json")
+
+    def write(text):
+        for _ in range(50):
+            atomic_write(path, text)
+
+    threads = [threading.Thread(target=write, args=(c * 1000,)) for c in "ab"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert open(path).read() in ("a" * 1000, "b" * 1000)
+    assert os.listdir(tmp_path) == ["summary.json"]  # no temporary file left

@@ -73,3 +73,10 @@ def test_split_sizes_other_than_mikolovs_warn(tmp_path):
         "82,430); is a file cut short, or is this another corpus?")
     full = ptb.Corpus(corpus.vocab, *(np.zeros(n, np.int32) for n in ptb.SIZES.values()))
     assert ptb.size_warning(full) is None
+
+
+def test_a_damaged_vocabulary_file_is_a_user_error(tmp_path):
+    path = tmp_path / "vocab.txt"
+    path.write_bytes(b"the\n\xff\xfe\n")
+    with pytest.raises(UserError, match=r"vocabulary file .* is unreadable \(UnicodeDecodeError\)"):
+        ptb.read_vocab(str(path))

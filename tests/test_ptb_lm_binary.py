@@ -348,3 +348,38 @@ def test_resume_on_another_corpus_is_refused(corpus_dir, tmp_path):
         (other / f"ptb.{split}.txt").write_text(text.replace("w1 ", "v1 "))
     one_line_error(run_binary("--config=tiny", f"--data_dir={other}", f"--workdir={workdir}",
                               "--vocab_size=60", "--max_steps=80"), "trained on another corpus")
+
+
+def test_resume_on_a_shorter_training_split_is_refused(corpus_dir, tmp_path):
+    """The same vocabulary from half the text (every count halved): the resumed run would
+    start past the end of its epoch."""
+    double = tmp_path / "double"
+    double.mkdir()
+    for split in ("train", "valid", "test"):
+        text = open(os.path.join(corpus_dir, f"ptb.{split}.txt")).read()
+        (double / f"ptb.{split}.txt").write_text(text * (2 if split == "train" else 1))
+    workdir = str(tmp_path / "w")
+    lm.train_and_evaluate(tiny(max_steps=40), str(double), workdir, log=lambda s: None)
+    with pytest.raises(UserError, match=r"trained on another training split \(\d+ steps per "
+                                        r"epoch, this one gives \d+\)"):
+        lm.train_and_evaluate(tiny(max_steps=80), corpus_dir, workdir, log=lambda s: None)
+
+
+def test_a_changed_patience_applies_on_resume(corpus_dir, tmp_path, monkeypatch):
+    ppl = iter(range(100, 1000))  # every evaluation worse than the one before
+    monkeypatch.setattr(lm, "evaluate", lambda *a, **k: float(next(ppl)))
+    workdir = str(tmp_path / "w")
+    first = lm.train_and_evaluate(tiny(max_epochs=5, early_stopping_patience=1), corpus_dir,
+                                  workdir, log=lambda s: None)
+    assert first["epochs_completed"] == 2  # epoch 2 did not improve on epoch 1
+    lines = []
+    again = lm.train_and_evaluate(tiny(max_epochs=5, early_stopping_patience=2), corpus_dir,
+                                  workdir, log=lines.append)
+    assert again["epochs_completed"] == 3 and lines[0].startswith("resumed from")
+
+
+def test_an_eval_batch_too_large_for_a_split_fails_before_training(corpus_dir, tmp_path):
+    with pytest.raises(UserError, match=r"too short for batch size 1000"):
+        lm.train_and_evaluate(tiny(eval_batch_size=1000), corpus_dir, str(tmp_path),
+                              log=lambda s: None)
+    assert not os.path.exists(tmp_path / "metrics.jsonl")

@@ -500,6 +500,24 @@ def _tiny_run(data_dir, workdir, max_len: int = 0, dataset: str = "trec", **kwar
                  **kwargs)
 
 
+def test_a_changed_patience_applies_on_resume(tmp_path, monkeypatch):
+    """A run stopped early trains on when resumed with a larger patience."""
+    from dense_rnn.configs.families import get_config
+    from dense_rnn.train import classify
+
+    _synthetic_trec(tmp_path, n_train=80, n_test=20)
+    acc = iter(np.linspace(0.9, 0.1, 100))  # every evaluation worse than the one before
+    monkeypatch.setattr(classify, "accuracy", lambda *a, **k: float(next(acc)))
+    c, family = get_config("dc_bilstm")
+    c = dataclasses.replace(c, model_args={**c.model_args, "dl": 1, "dh": 4, "th": 4},
+                            embed_size=8, batch_size=8, max_epochs=5, early_stopping_patience=1)
+    workdir = str(tmp_path / "w")
+    first = classify.run(c, family, "trec", str(tmp_path), workdir, None, log=lambda s: None)
+    again = classify.run(dataclasses.replace(c, early_stopping_patience=2), family, "trec",
+                         str(tmp_path), workdir, None, log=lambda s: None)
+    assert (first["epochs"], again["epochs"]) == (2, 3)
+
+
 def _synthetic_polarity(root, dataset: str, n: int = 60) -> None:
     """``n`` random sentences of 4-12 words a class in MR's or Subj's files."""
     rng = np.random.default_rng(1)

@@ -53,6 +53,8 @@ def _check_text_file(path: str) -> None:
     except UnicodeError:
         raise UserError(f"PTB file {path} is not UTF-8 text; point --data_dir at the "
                         "plain-text PTB files") from None
+    except OSError as e:
+        raise UserError(f"cannot read PTB file {path}: {e.strerror}") from None
 
 
 def _load_lines(data_dir: str | None, hf_dataset: str | None) -> dict[str, list[str]]:
@@ -96,8 +98,12 @@ def read_vocab(path: str) -> list[str]:
     if not os.path.isfile(path):
         raise UserError(f"no vocabulary file {path}; it is written by training runs "
                         "(experiments.ptb_lm) in their workdir")
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
+    try:
+        with open(path, encoding="utf-8") as f:
+            return [line.rstrip("\n") for line in f]
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"vocabulary file {path} is unreadable ({type(e).__name__}); restore "
+                        "it, or use a new --workdir") from None
 
 
 def encode(lines: list[str], word_to_id: dict[str, int]) -> np.ndarray:

@@ -87,6 +87,8 @@ def read_lines(path: str, encoding: str, what: str = "data file",
     except UnicodeDecodeError as e:
         raise UserError(f"{path} is not {encoding} text (byte {e.start}: {e.reason}); "
                         f"re-save it as {encoding}") from None
+    except OSError as e:
+        raise UserError(f"cannot read {what} {path}: {e.strerror}") from None
     if "\x00" in text:  # every byte is valid Latin-1 or cp1252, but text has no NULs
         raise UserError(f"{path} contains NUL characters (UTF-16 or binary?); re-save it as "
                         f"{encoding} text")

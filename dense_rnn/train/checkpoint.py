@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
 from dense_rnn.errors import UserError
@@ -192,25 +193,36 @@ class Checkpointer:
                 type(e).__name__)
             raise UnreadableCheckpoint(
                 f"{self.workdir}/{manager.directory.name}/{step}", why) from None
+        # orbax restores an array in its stored shape, whatever the one asked for
+        for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(out[item]),
+                                jax.tree.leaves(abstract), strict=True):
+            if np.shape(a) != tuple(b.shape):
+                raise UnreadableCheckpoint(
+                    f"{self.workdir}/{manager.directory.name}/{step}",
+                    f"{jax.tree_util.keystr(path)} has shape {np.shape(a)}, this model's "
+                    f"{b.shape}")
         return out[item], out.meta
 
     def restore(self, like: Any) -> tuple[Any, dict[str, Any]] | None:
-        """The latest state (structured like ``like``) and its metadata, or None. A latest
-        checkpoint that cannot be read (a file cut short, say) is reported on stderr and
-        moved to ``WORKDIR/unreadable_checkpoints/``, and the one before it restored."""
-        steps = sorted(self._latest.all_steps(), reverse=True)
-        for i, step in enumerate(steps):
+        """The latest state (structured like ``like``) and its metadata, or None. When the
+        latest checkpoints cannot be read (a file cut short, say) and an older one can, the
+        older one is restored and only then are the newer ones reported on stderr and moved
+        to ``WORKDIR/unreadable_checkpoints/``; when none can, the latest one's error is
+        raised and nothing is moved."""
+        unreadable: list[tuple[int, UnreadableCheckpoint]] = []
+        for step in sorted(self._latest.all_steps(), reverse=True):
             try:
                 restored = self._restore(self._latest, "state", like, step)
             except UnreadableCheckpoint as e:
-                if i == len(steps) - 1:
-                    raise
-                print(f"warning: checkpoint {e.where} cannot be read ({e.why}): it is damaged or "
-                      "does not fit this config; moved to "
-                      f"{self._set_aside(step)}, resuming from checkpoint {steps[i + 1]}",
-                      file=sys.stderr, flush=True)
+                unreadable.append((step, e))
                 continue
+            for bad, e in unreadable:
+                print(f"warning: checkpoint {e.where} cannot be read ({e.why}): it is damaged or "
+                      f"does not fit this config; moved to {self._set_aside(bad)}, resuming "
+                      f"from checkpoint {step}", file=sys.stderr, flush=True)
             return restored
+        if unreadable:
+            raise unreadable[0][1]
         return None
 
     def _set_aside(self, step: int) -> str:
@@ -218,7 +230,10 @@ class Checkpointer:
         aside = os.path.join(self.workdir, "unreadable_checkpoints")
         os.makedirs(aside, exist_ok=True)
         dest = os.path.join(aside, f"{step}.{time.strftime('%Y%m%d-%H%M%S')}")
-        os.replace(os.path.join(self._latest.directory, str(step)), dest)
+        try:
+            os.replace(os.path.join(self._latest.directory, str(step)), dest)
+        except FileNotFoundError:  # moved already by another process of a multi-host run
+            pass
         self._latest.reload()
         return dest
 
@@ -268,6 +283,12 @@ class Checkpointer:
         """Closes, also when the run stops on an error or an interrupt (Ctrl-C): a save in
         flight finishes rather than being cut off at interpreter exit."""
         self.close()
+
+
+def early_stopped(bad_epochs: int, patience: int) -> bool:
+    """Whether ``bad_epochs`` without a better validation metric stop a run under ``patience``
+    (0: never). Asked again on resume, where the patience may have changed."""
+    return bool(patience) and bad_epochs >= patience
 
 
 def finished_because(early_stopped: bool, epoch: int, max_epochs: int, step: int = 0,

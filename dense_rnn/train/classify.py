@@ -234,6 +234,7 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
         state = parallel.put({"params": params, "opt_state": tx.init(params)},
                              parallel.replicated(mesh))
         state, progress = ckpt.resume(state, Progress())
+        progress.done = checkpoint.early_stopped(progress.bad_epochs, c.early_stopping_patience)
         if ckpt.latest_step() is not None:
             log(checkpoint.resume_line(
                 workdir, progress.global_step, progress.epoch, f"step {progress.step_in_epoch}",
@@ -304,8 +305,8 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
                 progress.bad_epochs += 1
             if test > progress.best_test:
                 progress.best_test, progress.best_test_epoch = test, progress.epoch
-            if c.early_stopping_patience and progress.bad_epochs >= c.early_stopping_patience:
-                progress.done = True
+            progress.done = checkpoint.early_stopped(progress.bad_epochs,
+                                                     c.early_stopping_patience)
             writer.write({"step": progress.global_step, "epoch": progress.epoch, "train_loss": loss,
                           "train_accuracy": float(correct) / n_train, "dev_accuracy": dev,
                           "test_accuracy": test, "epoch_seconds": time.time() - t0})

@@ -180,6 +180,7 @@ class Progress:
     done: bool = False  # early-stopped
     epoch_nll: float = 0.0  # the current epoch's summed training NLL so far
     epoch_tokens: int = 0  # and its target tokens
+    steps_per_epoch: int = 0  # of the training split the run started on (0: not recorded)
 
 
 def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
@@ -216,12 +217,22 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
         if steps_per_epoch < 1:
             raise UserError(f"the training split is too short for batch {c.batch_size} x "
                             f"num_steps {c.num_steps}")
+        for split in (corpus.valid, corpus.test):  # a bad eval batch fails now, not after training
+            ptb.batchify(split, c.eval_batch_size)
         tx = make_optimizer(c, steps_per_epoch)
         params = init_params(c, jax.random.key(c.seed))
         state = {"params": parallel.put(params, replicated),
                  "opt_state": parallel.put(tx.init(params), replicated),
                  "carries": parallel.put(model.zero_carries(c.batch_size), batch_sharded)}
         state, progress = ckpt.resume(state, Progress())
+        if progress.step_in_epoch > steps_per_epoch or progress.steps_per_epoch not in (
+                0, steps_per_epoch):
+            raise UserError(f"{workdir} was trained on another training split "
+                            f"({progress.steps_per_epoch or 'more'} steps per epoch, this one "
+                            f"gives {steps_per_epoch}); pass the run's --data_dir or use a new "
+                            "--workdir")
+        progress.steps_per_epoch = steps_per_epoch
+        progress.done = checkpoint.early_stopped(progress.bad_epochs, c.early_stopping_patience)
         finished = checkpoint.finished_because(progress.done, progress.epoch, c.max_epochs,
                                                progress.global_step, c.max_steps)
         if ckpt.latest_step() is None:  # the sizes are checked once, when the run starts
@@ -330,7 +341,7 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
                 progress.step_in_epoch = 0
                 improved = valid_and_record()
                 progress.bad_epochs = 0 if improved else progress.bad_epochs + 1
-                if c.early_stopping_patience and progress.bad_epochs >= c.early_stopping_patience:
+                if checkpoint.early_stopped(progress.bad_epochs, c.early_stopping_patience):
                     log(f"early stopping: no better valid ppl for {progress.bad_epochs} epochs")
                     progress.done = stop = True
             else:  # stopped mid-epoch by max_steps

@@ -87,11 +87,15 @@ def _record(line: str) -> dict[str, Any] | None:
 class MetricsWriter:
     """Appends evaluation records to ``metrics.jsonl`` (resume-safe: records past the resume
     step, and a last line cut short by a kill, are dropped first) and mirrors scalars to
-    TensorBoard."""
+    TensorBoard. In a multi-host run only the first process writes; every process keeps
+    the ``records``."""
 
     def __init__(self, workdir: str, resume_step: int = 0):
         self.path = os.path.join(workdir, "metrics.jsonl")
         self.records = self._read(resume_step)
+        self._tb = None
+        if jax.process_index() != 0:
+            return
         atomic_write(self.path, "".join(json.dumps(r) + "\n" for r in self.records))
         from tensorboardX import SummaryWriter  # here: importing the trainers needs no writer
 
@@ -121,6 +125,8 @@ class MetricsWriter:
     def write(self, record: dict[str, Any]) -> None:
         """Appends ``record`` (with its ``step``) to the file and to TensorBoard."""
         self.records.append(record)
+        if self._tb is None:  # not the first process
+            return
         with open(self.path, "a") as f:
             f.write(json.dumps(record) + "\n")
         for k, v in record.items():
@@ -130,12 +136,16 @@ class MetricsWriter:
 
     def close(self) -> None:
         """Closes the TensorBoard writer."""
-        self._tb.close()
+        if self._tb is not None:
+            self._tb.close()
 
 
 def plot_curves(records: list[dict[str, Any]], keys: list[str], path: str, title: str,
                 x: str = "epoch", log_y: bool = False) -> None:
-    """Line plot of ``keys`` against ``x`` over ``records`` into a PNG at ``path``."""
+    """Line plot of ``keys`` against ``x`` over ``records`` into a PNG at ``path`` (by the
+    first process of a multi-host run)."""
+    if jax.process_index() != 0:
+        return
     import matplotlib
 
     matplotlib.use("Agg")
