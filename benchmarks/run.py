@@ -458,7 +458,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--min_time", type=options.seconds, help="seconds per timed repeat (0.1 / 0.6)")
     p.add_argument("--warmup", type=options.seconds,
                    help="seconds each implementation runs before it is timed, past its first "
-                        "steps' page faults and cold caches (0.1 / 3)")
+                        "steps' page faults and cold caches (default 3; none with --quick)")
     p.add_argument("--memory", action=argparse.BooleanOptionalAction, default=None,
                    help="measure peak memory (host RSS; on a GPU also the device's) in "
                         "subprocesses (default: on, off with --quick)")
@@ -491,7 +491,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     repeats = a.repeats or (3 if a.quick else 5)
     isolated = not a.quick if a.isolated is None else a.isolated
     min_time = a.min_time or (0.1 if a.quick else 0.6)
-    warmup = a.warmup or (0.1 if a.quick else 3.0)
+    warmup = a.warmup or (0.0 if a.quick else 3.0)  # --quick is the smoke path, in < 1 min
     env = environment()
     print(json.dumps(env), flush=True)
     has_torch = importlib.util.find_spec("torch") is not None
