@@ -96,7 +96,7 @@ def initial_carry(layer: str, spec: cells.Cell, carry: cells.Carry | None, batch
     return jax.tree.map(lambda c: c.astype(common), carry)
 
 
-def recurrent_dropout_mask(layer: str, mask: Array, h: Array) -> Array:
+def _recurrent_mask(layer: str, mask: Array, h: Array) -> Array:
     """``mask`` in the dtype of ``h`` (the scan's carry keeps its dtype, a float32 mask on a
     bfloat16 layer included); a one-line ``ValueError`` unless it broadcasts to ``h``'s
     (batch, features) without growing it."""
@@ -422,7 +422,7 @@ class Recurrent(nn.Module):
         # in the dtype of x and the parameters promoted, as nn.Dense's output
         carry = initial_carry("Recurrent", spec, carry, x.shape[0], self.features, xw.dtype)
         if recurrent_mask is not None and spec.name == "lstm":
-            recurrent_mask = recurrent_dropout_mask("Recurrent", recurrent_mask, carry[1])
+            recurrent_mask = _recurrent_mask("Recurrent", recurrent_mask, carry[1])
         return scan_cell(spec, params, xw, carry, lengths, self.reverse, self.unroll,
                          recurrent_mask)
 
@@ -486,7 +486,7 @@ class Bidirectional(nn.Module):
                       for c in ((None, None) if carry is None else carry))
         rmask = (None, None) if recurrent_mask is None else recurrent_mask
         if recurrent_mask is not None and spec.name == "lstm":
-            rmask = tuple(recurrent_dropout_mask("Bidirectional (each direction)", m, c[1])
+            rmask = tuple(_recurrent_mask("Bidirectional (each direction)", m, c[1])
                           for m, c in zip(rmask, carry, strict=True))
         if not _fast_lstm(spec):
             cf, yf = scan_cell(spec, pf, xf, carry[0], lengths, False, self.unroll, rmask[0])
