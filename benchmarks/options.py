@@ -20,10 +20,22 @@ def count(text: str) -> int:
 
 def seconds(text: str) -> float:
     """A positive, finite number of seconds (``min_time``)."""
-    try:
-        s = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    s = _number(text)
     if not (s > 0 and math.isfinite(s)):  # also rejects nan
         raise argparse.ArgumentTypeError(f"{text} must be a finite number above 0")
     return s
+
+
+def seconds_or_zero(text: str) -> float:
+    """A finite number of seconds, 0 included (``warmup``)."""
+    s = _number(text)
+    if not (s >= 0 and math.isfinite(s)):
+        raise argparse.ArgumentTypeError(f"{text} must be a finite number, 0 or above")
+    return s
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None

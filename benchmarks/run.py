@@ -456,7 +456,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--repeats", type=options.count,
                    help="round-robin repeats (default 3 quick, 5 full)")
     p.add_argument("--min_time", type=options.seconds, help="seconds per timed repeat (0.1 / 0.6)")
-    p.add_argument("--warmup", type=options.seconds,
+    p.add_argument("--warmup", type=options.seconds_or_zero,
                    help="seconds each implementation runs before it is timed, past its first "
                         "steps' page faults and cold caches (default 3; none with --quick)")
     p.add_argument("--memory", action=argparse.BooleanOptionalAction, default=None,
@@ -474,7 +474,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         probe(*a.probe)
         return []
     if a.serve:
-        serve(*a.serve, a.min_time or 0.6, a.warmup or 0.0)
+        serve(*a.serve, a.min_time or 0.6, a.warmup or 0.0)  # Workers always pass both
         return []
     names = a.workloads.split(",") if a.workloads else (QUICK if a.quick else FULL)
     unknown = [n for n in names if n not in WORKLOADS]
@@ -491,7 +491,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     repeats = a.repeats or (3 if a.quick else 5)
     isolated = not a.quick if a.isolated is None else a.isolated
     min_time = a.min_time or (0.1 if a.quick else 0.6)
-    warmup = a.warmup or (0.0 if a.quick else 3.0)  # --quick is the smoke path, in < 1 min
+    if (warmup := a.warmup) is None:
+        warmup = 0.0 if a.quick else 3.0  # --quick is the smoke path, in < 1 min
     env = environment()
     print(json.dumps(env), flush=True)
     has_torch = importlib.util.find_spec("torch") is not None

@@ -36,10 +36,11 @@ def test_quick_path_runs_a_tiny_workload(capsys):
 
 def test_isolated_times_each_implementation_in_its_own_process(capsys):
     (res,) = run.main(["--quick", "--workloads", "tiny_lm", "--repeats", "2", "--min_time",
-                       "0.01", "--impls", "flax nn.RNN", "--isolated"])
+                       "0.01", "--impls", "flax nn.RNN", "--isolated", "--warmup", "0.05"])
     impls = {r["impl"]: r for r in res["rows"]}
     assert {"ours", "flax nn.RNN", "gemm xla"} <= set(impls)
     assert impls["ours"]["ours_x"] == 1.0 and impls["flax nn.RNN"]["rate"] > 0
+    assert impls["ours"]["warmup_steps"] >= 2  # the workers warmed up for 0.05 s
     for name, r in impls.items():  # JAX's compile time; PyTorch compiles nothing
         assert r["compile_s"] is None if "torch" in name else 0 < r["compile_s"] <= r["setup_s"]
 
@@ -140,6 +141,8 @@ def test_an_isolated_worker_replies_with_its_peers_error(monkeypatch, capsys):
     (run.main, "--workloads tiny_lm --min_time nan", "argument --min_time: nan must be a finite"),
     (run.main, "--workloads tiny_lm --min_time inf", "argument --min_time: inf must be a finite"),
     (run.main, "--workloads tiny_lm --min_time x", "argument --min_time: 'x' is not a number"),
+    (run.main, "--workloads tiny_lm --warmup -1", "argument --warmup: -1 must be a finite number, "
+                                                 "0 or above"),
     (run.main, f"--workloads tiny_lm --out {__file__}", "is a file; give a directory"),
     (binary.main, "tiny --steps 0", "argument --steps: 0 must be at least 1"),
     (binary.main, "tiny --log_every 0", "argument --log_every: 0 must be at least 1"),
