@@ -61,7 +61,8 @@ def paired(base: list[float], new: list[float]) -> dict[str, float]:
     return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
 
 
-def compare(name: str, base_workloads: dict, repeats: int, min_time: float) -> dict:
+def compare(name: str, base_workloads: dict, repeats: int, min_time: float,
+            warmup: float = 0.0) -> dict:
     """Times ``name``'s ``ours`` step of the base and of the working tree, round-robin."""
     from benchmarks import run
     from benchmarks.workloads import OURS, WORKLOADS
@@ -72,7 +73,7 @@ def compare(name: str, base_workloads: dict, repeats: int, min_time: float) -> d
     new = WORKLOADS[name]()
     both = dataclasses.replace(new, impls={"base": base_workloads[name]().impls[OURS],
                                            "new": new.impls[OURS]})
-    t = run.time_workload(both, repeats, min_time)
+    t = run.time_workload(both, repeats, min_time, warmup)
     row = {"workload": new.name}
     for impl in ("base", "new"):
         times = t[impl]["times"]
@@ -90,6 +91,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--base", default="HEAD", help="git revision to compare against")
     p.add_argument("--repeats", type=options.count, default=15, help="round-robin repeats")
     p.add_argument("--min_time", type=options.seconds, default=0.3, help="seconds per timed repeat")
+    p.add_argument("--warmup", type=options.seconds_or_zero, default=3.0,
+                   help="seconds each version runs before it is timed (as benchmarks.run)")
     a = p.parse_args(argv)
     tmp = tempfile.mkdtemp(prefix="dense_rnn_ab_")
     try:
@@ -98,7 +101,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         base_workloads = importlib.import_module("benchmarks" + SUFFIX + ".workloads").WORKLOADS
         rows = []
         for name in a.workloads:
-            r = compare(name, base_workloads, a.repeats, a.min_time)
+            r = compare(name, base_workloads, a.repeats, a.min_time, a.warmup)
             s = r["speedup"]
             print(f"{r['workload']}: base {r['base']['step_ms']:.2f} ms "
                   f"(spread {100 * r['base']['spread']:.0f}%), new {r['new']['step_ms']:.2f} ms "

@@ -72,6 +72,8 @@ def main(argv: list[str] | None = None) -> dict:
                    help="comma-separated implementations timed beside the binary")
     p.add_argument("--min_time", type=options.seconds, default=2.0,
                    help="seconds per timed step set")
+    p.add_argument("--warmup", type=options.seconds_or_zero, default=3.0,
+                   help="seconds each implementation runs before it is timed (as benchmarks.run)")
     p.add_argument("--data_dir", default=DEFAULT_DATA_DIR)
     p.add_argument("--binary_flags", default="",
                    help="more flags for the binary, one string: --binary_flags=\"--a=1 --b=2\"")
@@ -98,7 +100,7 @@ def main(argv: list[str] | None = None) -> dict:
     flags = [f"--data_dir={a.data_dir}", *extra]
     print(json.dumps(run.environment()), flush=True)
     rates: dict[str, list[float]] = {"binary": [], **{n: [] for n in names}}
-    with run.Workers(a.config, names, a.min_time) as workers:
+    with run.Workers(a.config, names, a.min_time, a.warmup) as workers:
         if failed := [f"{n}: {i['error']}" for n, i in workers.info.items() if "error" in i]:
             raise UserError(f"could not build {'; '.join(failed)}")
         for _ in range(a.repeats):

@@ -268,7 +268,8 @@ IN_GIT_CHECKOUT = os.path.isdir(os.path.join(os.path.dirname(__file__), "..", ".
 
 @pytest.mark.skipif(not IN_GIT_CHECKOUT, reason="benchmarks.ab exports a git revision")
 def test_ab_times_a_revision_against_the_working_tree(capsys):
-    (row,) = ab.main(["tiny_lm", "--base", "HEAD", "--repeats", "2", "--min_time", "0.01"])
+    (row,) = ab.main(["tiny_lm", "--base", "HEAD", "--repeats", "2", "--min_time", "0.01",
+                      "--warmup", "0.01"])
     assert row["base"]["step_ms"] > 0 and row["new"]["step_ms"] > 0
     assert row["speedup"]["min"] <= row["speedup"]["median"] <= row["speedup"]["max"]
     assert "base/new" in capsys.readouterr().out
@@ -283,7 +284,8 @@ def test_binary_is_timed_against_the_implementations(tmp_path, capsys):
         text = "\n".join(" ".join(rng.choice(words, 8)) for _ in range(n))
         (tmp_path / f"ptb.{split}.txt").write_text(text + "\n")
     rates = binary.main(["tiny", "--steps", "20", "--log_every", "10", "--repeats", "2",
-                         "--impls", "ours", "--min_time", "0.01", "--data_dir", str(tmp_path),
+                         "--impls", "ours", "--min_time", "0.01", "--warmup", "0.01",
+                         "--data_dir", str(tmp_path),
                          "--binary_flags=--checkpoint_every_steps=5"])
     assert len(rates["binary"]) == len(rates["ours"]) == 2 and min(rates["binary"]) > 0
     assert "| median |" in capsys.readouterr().out
