@@ -29,20 +29,25 @@ def check(root: str, parallel: int, report_only: bool) -> None:
     """Rejects ``parallel`` below 1 and, when only reporting, a ``root`` that does not exist."""
     if parallel < 1:
         raise UserError(f"--parallel={parallel}: the runs at a time must be at least 1")
+    if os.path.exists(root) and not os.path.isdir(root):
+        raise UserError(f"--root={root} is a file; give a directory (made if missing)")
     if report_only and not os.path.isdir(root):
         raise UserError(f"--root={root} does not exist; --report_only reads the finished runs "
                         "under an existing root")
 
 
 def check_parent(flag: str, path: str | None) -> None:
-    """Rejects an output file ``--flag=path`` whose directory does not exist (before any
-    run, not after the suite)."""
+    """Rejects an output file ``--flag=path`` that is a directory or whose directory does not
+    exist (before any run, not after the suite)."""
+    if path and os.path.isdir(path):
+        raise UserError(f"--{flag}={path} is a directory; give a file path")
     if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
         raise UserError(f"--{flag}={path}: its directory does not exist")
 
 
 EXTRA_HELP = ("Flags for every run, e.g. --extra=--max_epochs=20; several in one (split at "
-              "each comma that starts a --flag: --extra=--depths=2,4,--dry_run) or repeated.")
+              "each comma that starts a --flag: --extra=--depths=2,4,--max_epochs=20) or "
+              "repeated.")
 
 
 def extra_args(values: Sequence[str]) -> list[str]:
@@ -109,7 +114,7 @@ def run_all(root: str, names: Sequence[str],
     raises ``KeyboardInterrupt`` once they have exited (``_stop``)."""
     after = after or {}
     os.makedirs(root, exist_ok=True)
-    pending = list(names)
+    pending = list(dict.fromkeys(names))  # a run named twice would train one workdir twice
     running: dict[str, tuple[subprocess.Popen, int]] = {}  # name -> (process, its log's start)
     failed: dict[str, str] = {}  # name -> why
     with _signals_received() as received:
@@ -122,7 +127,7 @@ def run_all(root: str, names: Sequence[str],
                 try:  # bad input of one run (a damaged summary.json) fails that run alone
                     waits = bool(first) and (first in failed or summary(root, first) is None)
                     proc = None if waits else start(name)
-                except UserError as e:
+                except (UserError, OSError) as e:  # OSError: a full disk, say
                     _log(f"not started {name}: {e}")
                     failed[name] = f"not started: {e}"
                     pending.remove(name)
@@ -197,15 +202,17 @@ def _ended(root: str, name: str, returncode: int, log_from: int, verb: str) -> s
     """Logs that run ``name`` has exited: finished, or ``verb`` (failed, stopped) with the
     last line it wrote to its log (a binary's one-line error) and its previous results put
     back (``_restore_previous``). Returns why it did not finish, or None if it did."""
-    if returncode == 0:
+    if returncode == 0 and os.path.exists(os.path.join(root, name, "summary.json")):
         _log(f"finished {name}")
         return None
     log = os.path.join(root, name, "train.log")
     said = _last_line(log, log_from)
     kept = _restore_previous(os.path.join(root, name))
-    _log(f"{verb} {name} (exit {returncode}{f': {said}' if said else ''}; its log: {log})"
+    # exit 0 with no summary: the run did not train (--dry_run or --mode in --extra, say)
+    status = f"exit {returncode}" if returncode else "exit 0 without a summary.json"
+    _log(f"{verb} {name} ({status}{f': {said}' if said else ''}; its log: {log})"
          + ("; its previous results are kept" if kept else ""))
-    return f"exit {returncode}"
+    return status
 
 
 def _size(path: str) -> int:

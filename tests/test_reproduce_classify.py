@@ -253,15 +253,15 @@ def test_a_run_waits_for_its_sweep_and_is_skipped_if_it_failed(tmp_path, monkeyp
         if (tmp_path / name / "summary.json").exists():
             return None  # as runner.launch says of a run finished under the same command
         started.append(name)
-        if name == "ok":
+        if name != "bad":  # bad exits 0 without a summary: it did not train
             (tmp_path / name).mkdir()
             (tmp_path / name / "summary.json").write_text("{}")
         return subprocess.Popen([sys.executable, "-c", ""])
 
-    failed = runner.run_all(str(tmp_path), ["ok", "after_ok", "bad", "after_bad"], start, 1,
-                            {"after_ok": "ok", "after_bad": "bad"})
-    assert started == ["ok", "after_ok", "bad"]
-    assert failed == ["after_bad (skipped: bad failed)"]
+    failed = runner.run_all(str(tmp_path), ["ok", "after_ok", "bad", "after_bad", "ok"], start,
+                            1, {"after_ok": "ok", "after_bad": "bad"})
+    assert started == ["ok", "after_ok", "bad"]  # ok, named twice, ran once
+    assert failed == ["bad (exit 0 without a summary.json)", "after_bad (skipped: bad failed)"]
     assert "skipped after_bad: bad failed" in capsys.readouterr().out
     started.clear()
     runner.run_all(str(tmp_path), ["ok"], start, 1)  # finished runs are not started again

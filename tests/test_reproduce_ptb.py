@@ -33,6 +33,10 @@ def test_bad_input_is_one_error_line(tmp_path):
     one_line_error(reproduce("--report_only", f"--root={tmp_path}",
                              f"--report={missing}/t.md"), "directory does not exist")
     one_line_error(reproduce("stray"), "unexpected arguments 'stray'")
+    one_line_error(reproduce("--report_only", f"--root={tmp_path}", f"--report={tmp_path}"),
+                   f"--report={tmp_path} is a directory; give a file path")
+    (tmp_path / "file").write_text("")
+    one_line_error(reproduce(f"--root={tmp_path / 'file'}"), "is a file; give a directory")
 
 
 def test_report_only_prints_the_finished_runs_and_writes_nothing(tmp_path):
@@ -53,8 +57,9 @@ def test_runs_record_a_runnable_command_line(tmp_path):
     root = tmp_path / "runs"
     r = reproduce(f"--root={root}", "--configs=tiny", "--extra=--dry_run,--hidden_size=32",
                   "--extra=--num_layers=3", env={"XLA_FLAGS": XLA_FLAGS})
-    assert r.returncode == 0, r.stderr
-    assert "finished tiny\n" in r.stdout
+    # a dry run trains nothing: exit 0 without a summary.json is not a finished run
+    assert r.returncode == 2 and "tiny (exit 0 without a summary.json)" in r.stderr, r.stderr
+    assert "failed tiny (exit 0 without a summary.json" in r.stdout
     command = (root / "tiny" / "command.txt").read_text()
     assert command == (f"XLA_FLAGS='{XLA_FLAGS}' python -m experiments.ptb_lm --config=tiny "
                        f"--dry_run --hidden_size=32 --num_layers=3 --workdir={root / 'tiny'}\n")

@@ -30,7 +30,8 @@ def load(name: str) -> datasets.DatasetDict:
     hub_logging.set_verbosity_error()
     try:
         ds = datasets.load_dataset(*name.split(":", 1))
-    except (OSError, ValueError, datasets.exceptions.DatasetsError) as e:
+    except (OSError, ValueError, RuntimeError, datasets.exceptions.DatasetsError) as e:
+        # RuntimeError: datasets refuses a repository with a loading script
         reason = "; ".join(str(x).strip().splitlines()[0] for x in (e, e.__cause__)
                            if x is not None and str(x).strip()) or type(e).__name__
         raise UserError(f"--hf_dataset={name} could not be loaded ({reason}); check the name "
