@@ -240,6 +240,9 @@ class DenseRecurrent(nn.Module):
     def __call__(self, x: Array, lengths: Array | None = None) -> tuple[cells.Carry, Array]:
         """``x``: (batch, time, in_features) -> ``(final_carry, (batch, time, features))``."""
         check_sequence("DenseRecurrent", x, lengths)
+        if x.shape[1] == 0:
+            raise ValueError("DenseRecurrent: x has no time steps; give sequences of at least "
+                             "one step")
         if self.k < 1:
             raise ValueError(f"DenseRecurrent: k={self.k}; the dense depth must be at least 1")
         spec = cells.get_cell(self.cell)

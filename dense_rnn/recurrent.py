@@ -97,9 +97,9 @@ def initial_carry(layer: str, spec: cells.Cell, carry: cells.Carry | None, batch
 
 
 def _recurrent_mask(layer: str, mask: Array, h: Array) -> Array:
-    """``mask`` in the dtype of ``h`` (the scan's carry keeps its dtype, a float32 mask on a
-    bfloat16 layer included); a one-line ``ValueError`` unless it broadcasts to ``h``'s
-    (batch, features) without growing it."""
+    """``mask`` in the dtype and shape of ``h`` (the scan's carry keeps its dtype, a float32
+    mask on a bfloat16 layer included); a one-line ``ValueError`` unless it broadcasts to
+    ``h``'s (batch, features) without growing it."""
     try:
         grown = jnp.broadcast_shapes(jnp.shape(mask), h.shape) != h.shape
     except ValueError:
@@ -107,7 +107,7 @@ def _recurrent_mask(layer: str, mask: Array, h: Array) -> Array:
     if grown:
         raise ValueError(f"{layer}: recurrent_mask must broadcast to (batch, features) "
                          f"{h.shape}, got {_describe(mask)}")
-    return jnp.asarray(mask).astype(h.dtype)
+    return jnp.broadcast_to(jnp.asarray(mask).astype(h.dtype), h.shape)
 
 
 def _drawn_wide(init: Initializer) -> Initializer:

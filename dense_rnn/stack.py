@@ -96,6 +96,9 @@ class RecurrentStack(nn.Module):
                 isinstance(n, numbers.Integral) and n > 0 for n in self.features):
             raise ValueError(f"RecurrentStack: features={self.features!r} must be a sequence of "
                              "positive layer sizes, e.g. (200, 200)")
+        if not 0 <= self.dropout_rate < 1:
+            raise ValueError(f"RecurrentStack: dropout_rate={self.dropout_rate} must be in "
+                             "[0, 1)")
         if self.connectivity not in CONNECTIVITIES:
             raise ValueError(
                 f"unknown connectivity {self.connectivity!r}; use one of {CONNECTIVITIES}"

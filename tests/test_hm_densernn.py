@@ -218,3 +218,13 @@ def test_classifier_lengths_past_padded_length_and_none(net):
     np.testing.assert_array_equal(model.apply(params, tokens, jnp.array([13, 20, 0])), full)
     np.testing.assert_allclose(model.apply(params, tokens),
                                model.apply(params, tokens, jnp.full((3,), 13)), atol=1e-6)
+
+
+def test_malformed_inputs_are_one_line_errors():
+    x = jnp.ones((2, 5, 3))
+    stack = HMDenseStack("gru", 4, (2, 4))
+    variables = stack.init(jax.random.key(0), x)
+    with pytest.raises(ValueError, match=r"HMDenseStack: lengths must be an integer array"):
+        stack.apply(variables, x, [1, 2])
+    with pytest.raises(ValueError, match=r"DenseRecurrent: x has no time steps"):
+        stack.apply(variables, jnp.ones((2, 0, 3)))

@@ -71,6 +71,8 @@ def test_sampling_is_reproducible_by_seed(trained):
     assert len(a) == 20 and set(a) <= set(trained.vocab)
     greedy = lm_infer.sample(trained, "w1", num_words=5, temperature=0.0, seed=0)
     assert greedy == lm_infer.sample(trained, "w1", num_words=5, temperature=0.0, seed=1)
+    with pytest.raises(UserError, match=r"temperature \(nan\) .* must be >= 0"):
+        lm_infer.sample(trained, "w1", temperature=float("nan"))
 
 
 def test_score_file_maps_unknown_words(trained, tmp_path):

@@ -374,3 +374,22 @@ def test_language_model_settings_and_targets_are_checked():
         x = tokens if isinstance(model, LanguageModel) else jnp.ones((2, 5, 3))
         with pytest.raises(ValueError, match=message):
             model.init(jax.random.key(0), x, *args)
+
+
+def test_bidirectional_masks_of_different_broadcast_shapes():
+    """One direction's mask (batch, H), the other's (1, H): both broadcast to the carry."""
+    layer = recurrent.Bidirectional("lstm", 4)
+    x = jax.random.normal(jax.random.key(1), (2, 3, 3))
+    variables = layer.init(jax.random.key(0), x)
+    m = jax.random.uniform(jax.random.key(2), (2, 4))
+    y = layer.apply(variables, x, recurrent_mask=(m, m[:1]))[1]
+    np.testing.assert_array_equal(
+        y, layer.apply(variables, x, recurrent_mask=(m, jnp.broadcast_to(m[:1], (2, 4))))[1])
+
+
+def test_a_stack_dropout_rate_outside_0_1_is_one_line():
+    from dense_rnn.stack import RecurrentStack
+
+    x = jnp.ones((2, 3, 3))
+    with pytest.raises(ValueError, match=r"dropout_rate=-0.5 must be in \[0, 1\)"):
+        RecurrentStack("lstm", (4,), dropout_rate=-0.5).init(jax.random.key(0), x)

@@ -117,3 +117,11 @@ def test_bias_spread_past_the_shift_bound_uses_the_exact_max():
     for got, want in zip(fused_value_and_grads(x, w, b, y, g),
                          numpy_reference(x, w, b, y, g), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_each_gradient_comes_back_in_its_operands_dtype():
+    """A bfloat16 kernel beside a float32 bias: the bias gradient stays float32."""
+    x, w, b, y, _ = inputs(jnp.float32)
+    grads = jax.grad(lambda w, b: softmax.softmax_cross_entropy(x, w, b, y).sum(),
+                     argnums=(0, 1))(w.astype(jnp.bfloat16), b)
+    assert [g.dtype for g in grads] == [jnp.bfloat16, jnp.float32]

@@ -115,7 +115,7 @@ def sample(trained: TrainedLM, prompt: str = "", num_words: int = 50,
 
     The same ``seed`` gives the same words. ``temperature`` 0 is greedy decoding.
     """
-    if temperature < 0 or num_words < 0:
+    if not temperature >= 0 or num_words < 0:  # also refuses a NaN temperature
         raise UserError(f"temperature ({temperature}) and num_words ({num_words}) must be >= 0")
     prompt_ids, _ = encode_words(prompt.split(), trained.word_to_id)
     step = make_step(trained.model)
