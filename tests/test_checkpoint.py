@@ -2,6 +2,7 @@
 
 import dataclasses
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -146,3 +147,14 @@ def test_a_run_of_the_other_binary_is_named_so(tmp_path):
     with pytest.raises(UserError, match=r"holds a run of another kind of model \(.* and \d+ "
                        r"more\)"):
         checkpoint.Checkpointer(str(tmp_path), {f"cls_{i}": i for i in range(8)} | {"seed": 0})
+
+
+def test_loading_the_best_parameters_writes_nothing_in_the_workdir(tmp_path):
+    """Inference reads a copy holding only ``best/`` and the identity without adding to it."""
+    with checkpoint.Checkpointer(str(tmp_path), {"name": "x"}) as ckpt:
+        ckpt.save_best(3, {"w": np.ones(3, np.float32)}, {"dev": 0.5})
+    shutil.rmtree(tmp_path / "checkpoints")
+    params = checkpoint.load_best(str(tmp_path), {"name": "x"}, {"w": np.zeros(3, np.float32)},
+                                  "after the first epoch")
+    np.testing.assert_array_equal(params["w"], np.ones(3))
+    assert sorted(os.listdir(tmp_path)) == ["best", "run_identity.json"]

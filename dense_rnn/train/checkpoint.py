@@ -60,8 +60,8 @@ def _interrupt_after() -> Iterator[None]:
         previous(*received[0])
 
 
-def _manager(path: str, max_to_keep: int) -> ocp.CheckpointManager:
-    options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True)
+def _manager(path: str, max_to_keep: int, create: bool = True) -> ocp.CheckpointManager:
+    options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=create)
     return ocp.CheckpointManager(os.path.abspath(path), options=options)
 
 
@@ -111,24 +111,25 @@ class Checkpointer:
     ``descriptive`` keys (the paper's numbers beside a config) are stored but not compared,
     so correcting one leaves the runs resumable. The identity is written with the first
     checkpoint, so a run that fails before saving anything leaves the workdir free for any
-    config.
+    config. ``read_only`` (inference) creates and writes nothing in the workdir.
     """
 
     def __init__(self, workdir: str, identity: dict[str, Any], max_to_keep: int = 2,
-                 descriptive: tuple[str, ...] = ()):
+                 descriptive: tuple[str, ...] = (), read_only: bool = False):
         self.workdir = workdir
         self.identity = json.loads(json.dumps(identity))  # as stored: tuples become lists
         self.descriptive = descriptive
         try:
-            os.makedirs(workdir, exist_ok=True)
+            if not read_only:
+                os.makedirs(workdir, exist_ok=True)
         except OSError as e:
             raise UserError(f"cannot use --workdir={workdir}: {e.strerror}") from None
         stored = read_identity(workdir)
         if stored is not None:
             self._check_identity(stored)
         self._identity_written = stored is not None
-        self._latest = _manager(os.path.join(workdir, "checkpoints"), max_to_keep)
-        self._best = _manager(os.path.join(workdir, "best"), 1)
+        self._latest = _manager(os.path.join(workdir, "checkpoints"), max_to_keep, not read_only)
+        self._best = _manager(os.path.join(workdir, "best"), 1, not read_only)
 
     def _check_identity(self, stored: dict[str, Any]) -> None:
         error = identity_error(self.workdir, stored, self.identity, self.descriptive)
@@ -317,7 +318,7 @@ def resume_line(workdir: str, step: int, epoch: int, position: str,
 def load_best(workdir: str, identity: dict[str, Any], like: Any, written: str) -> Any:
     """The best parameters of the run in ``workdir`` (structured like ``like``), for
     inference; ``written`` says when training writes them, for the error without any."""
-    with Checkpointer(workdir, identity) as ckpt:
+    with Checkpointer(workdir, identity, read_only=True) as ckpt:  # writes nothing there
         best = ckpt.restore_best(like)
     if best is None:
         raise UserError(f"no checkpoint in {workdir}/best (written {written}); train longer "
