@@ -6,7 +6,8 @@ Every config field can be overridden by a flag of the same name (``--max_epochs=
 Starting on a workdir that holds a checkpoint resumes the run exactly.
 
 The best checkpoint of a finished run samples text or scores a file (natural-log
-probabilities per sentence, then the perplexity)::
+probabilities per sentence, each from a zero state, then the perplexity; training's test
+perplexity carries the state across sentences, so the two differ on the same text)::
 
     python -m experiments.ptb_lm --mode=sample --workdir=W --prompt="the company" --seed=1
     python -m experiments.ptb_lm --mode=score --workdir=W --text_file=sentences.txt
@@ -42,7 +43,8 @@ flags.DEFINE_enum("mode", "train", ["train", "sample", "score"], "Train, or samp
 flags.DEFINE_string("prompt", "", "sample: words to continue (after a sentence start).")
 flags.DEFINE_float("temperature", 1.0, "sample: softmax temperature; 0 is greedy.")
 flags.DEFINE_integer("num_words", 50, "sample: words to draw (--seed picks them).")
-flags.DEFINE_string("text_file", None, "score: one sentence a line, words split on spaces.")
+flags.DEFINE_string("text_file", None, "score: one sentence a line, words split on spaces; "
+                    "each sentence is scored from a zero state.")
 OVERRIDES = define_override_flags(ptb_configs.LMConfig)
 FLAGS = flags.FLAGS
 
