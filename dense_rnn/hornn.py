@@ -20,7 +20,7 @@ import jax.numpy as jnp
 
 from dense_rnn import cells
 from dense_rnn.dense_block import pytorch_uniform
-from dense_rnn.recurrent import check_sequence, scan_cell
+from dense_rnn.recurrent import check_sequence, check_sizes, scan_cell
 
 Array = jax.Array
 
@@ -58,6 +58,7 @@ class GatedHORNN(nn.Module):
     def __call__(self, x: Array, lengths: Array | None = None) -> tuple[cells.Carry, Array]:
         """The final carry and every step's state ``(batch, time, features)``."""
         check_sequence("GatedHORNN", x, lengths)
+        check_sizes("GatedHORNN", features=self.features)
         if self.order < 1:
             raise ValueError(f"GatedHORNN: order={self.order}; it must be at least 1")
         cell = hornn_cell(self.order)

@@ -79,6 +79,13 @@ def check_tokens(model: str, tokens: Array, targets: Array | None = None) -> Non
                          f"{tokens.shape}")
 
 
+def check_sizes(layer: str, **sizes: int) -> None:
+    """Raises a one-line ``ValueError`` unless every size (features, classes...) is >= 1."""
+    bad = ", ".join(f"{name}={n}" for name, n in sizes.items() if n < 1)
+    if bad:
+        raise ValueError(f"{layer}: {bad}; sizes must be at least 1")
+
+
 def initial_carry(layer: str, spec: cells.Cell, carry: cells.Carry | None, batch: int,
                   features: int, dtype: DTypeLike) -> cells.Carry:
     """``carry``, or the zero carry if ``None``, every part in ``dtype`` promoted with the
@@ -416,6 +423,7 @@ class Recurrent(nn.Module):
         ``recurrent_mask``: see ``scan_cell``.
         """
         check_sequence("Recurrent", x, lengths)
+        check_sizes("Recurrent", features=self.features)
         params = self.cell_params(x.shape[-1])
         xw = cells.project(params, x)  # every time step in one matrix product
         spec = cells.get_cell(self.cell)
@@ -466,6 +474,7 @@ class Bidirectional(nn.Module):
         Both directions' input projections are one matrix product; for the LSTM both
         directions then run in one scan (``lstm_scan`` with a direction axis)."""
         check_sequence("Bidirectional", x, lengths)
+        check_sizes("Bidirectional", features=self.features)
         if recurrent_mask is not None and not _per_direction(recurrent_mask):
             raise ValueError("Bidirectional: recurrent_mask must be a (forward, backward) pair "
                              "of (batch, features) masks, or one (2, batch, features) array")

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from dense_rnn import cells, recurrent
+from dense_rnn.hornn import GatedHORNN
 from tests.test_cells import np_lstm, random_params
 
 
@@ -134,7 +135,6 @@ def test_stack_refuses_wrong_number_of_carries():
 
 def _layers():
     from dense_rnn.dense_block import DenseRecurrent
-    from dense_rnn.hornn import GatedHORNN
 
     return [recurrent.Recurrent("lstm", 4), recurrent.Recurrent("gru", 4),
             recurrent.Bidirectional("lstm", 4), recurrent.Bidirectional("rnn", 4),
@@ -240,7 +240,6 @@ def test_malformed_layer_settings_are_one_line_errors():
     from dense_rnn import stack
     from dense_rnn.dense_block import DenseRecurrent
     from dense_rnn.hm_stack import HMDenseStack
-    from dense_rnn.hornn import GatedHORNN
 
     x = jnp.ones((2, 8, 3))
     for module, message in [
@@ -393,3 +392,28 @@ def test_a_stack_dropout_rate_outside_0_1_is_one_line():
     x = jnp.ones((2, 3, 3))
     with pytest.raises(ValueError, match=r"dropout_rate=-0.5 must be in \[0, 1\)"):
         RecurrentStack("lstm", (4,), dropout_rate=-0.5).init(jax.random.key(0), x)
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: recurrent.Recurrent("lstm", 0), "Recurrent: features=0"),
+    (lambda: recurrent.Bidirectional("gru", 0), "Bidirectional: features=0"),
+    (lambda: GatedHORNN(0), "GatedHORNN: features=0"),
+], ids=["Recurrent", "Bidirectional", "GatedHORNN"])
+def test_a_layer_of_size_zero_is_one_line(build, message):
+    with pytest.raises(ValueError, match=message + "; sizes must be at least 1"):
+        build().init(jax.random.key(0), jnp.ones((2, 3, 3)))
+
+
+@pytest.mark.parametrize("model, message", [
+    ("lm", "LanguageModel: embed_size=0; sizes"),
+    ("dc_bilstm", "DCBiLSTM: num_classes=0, embed_size=0; sizes"),
+    ("hm", "HMTextClassifier: num_classes=0; sizes"),
+])
+def test_a_model_of_size_zero_is_one_line(model, message):
+    from dense_rnn.models import DCBiLSTM, HMTextClassifier, LanguageModel
+
+    build = {"lm": lambda: LanguageModel(10, 0, 4, 1),
+             "dc_bilstm": lambda: DCBiLSTM(10, 0, 0, dl=1, dh=2, th=2),
+             "hm": lambda: HMTextClassifier(10, 0, 4, net="hm", features=4)}[model]
+    with pytest.raises(ValueError, match=message):
+        build().init(jax.random.key(0), jnp.zeros((2, 3), jnp.int32))

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 
 from dense_rnn.configs.dc_bilstm import dense_features
 from dense_rnn.dropout import Dropout
-from dense_rnn.recurrent import check_tokens, clamp_lengths, length_mask
+from dense_rnn.recurrent import check_sizes, check_tokens, clamp_lengths, length_mask
 from dense_rnn.stack import RecurrentStack
 
 Array = jax.Array
@@ -66,6 +66,8 @@ class DCBiLSTM(nn.Module):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name}={getattr(self, name)} must be in [0, 1)")
         check_tokens("DCBiLSTM", tokens)
+        check_sizes("DCBiLSTM", vocab_size=self.vocab_size, num_classes=self.num_classes,
+                    embed_size=self.embed_size)
         e = nn.Embed(self.vocab_size, self.embed_size, name="embed")(tokens)
         e = Dropout(self.dropout_embed)(e, deterministic)
         _, hs = RecurrentStack(

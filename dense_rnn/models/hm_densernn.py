@@ -23,7 +23,7 @@ from dense_rnn import cells
 from dense_rnn.dense_block import pytorch_uniform
 from dense_rnn.hm_stack import HMDenseStack
 from dense_rnn.hornn import GatedHORNN
-from dense_rnn.recurrent import check_tokens
+from dense_rnn.recurrent import check_sizes, check_tokens
 from dense_rnn.stack import RecurrentStack
 
 Array = jax.Array
@@ -96,5 +96,7 @@ class HMTextClassifier(nn.Module):
             raise ValueError(f"features={self.features}, layers={self.layers}, depths="
                              f"{tuple(self.depths)}: each must be at least 1")
         check_tokens("HMTextClassifier", tokens)
+        check_sizes("HMTextClassifier", vocab_size=self.vocab_size,
+                    num_classes=self.num_classes, embed_size=self.embed_size)
         e = nn.Embed(self.vocab_size, self.embed_size, name="embed")(tokens)
         return nn.Dense(self.num_classes, name="softmax")(self.recurrent_net(e, lengths))

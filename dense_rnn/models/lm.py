@@ -56,6 +56,8 @@ class LanguageModel(nn.Module):
     ) -> tuple[Array, tuple]:
         """``(logits or per-token NLL, final carries)``; see the class docstring."""
         recurrent.check_tokens("LanguageModel", tokens, targets)
+        recurrent.check_sizes("LanguageModel", vocab_size=self.vocab_size,
+                              embed_size=self.embed_size, hidden_size=self.hidden_size)
         if self.num_layers < 1:
             raise ValueError(f"LanguageModel: num_layers={self.num_layers} must be at least 1")
         if not 0.0 <= self.dropout_rate < 1.0:
