@@ -10,6 +10,7 @@ import pytest
 
 from dense_rnn import cells, recurrent
 from dense_rnn.hornn import GatedHORNN
+from dense_rnn.models import DCBiLSTM, HMTextClassifier, LanguageModel
 from tests.test_cells import np_lstm, random_params
 
 
@@ -394,26 +395,21 @@ def test_a_stack_dropout_rate_outside_0_1_is_one_line():
         RecurrentStack("lstm", (4,), dropout_rate=-0.5).init(jax.random.key(0), x)
 
 
-@pytest.mark.parametrize("build, message", [
-    (lambda: recurrent.Recurrent("lstm", 0), "Recurrent: features=0"),
-    (lambda: recurrent.Bidirectional("gru", 0), "Bidirectional: features=0"),
-    (lambda: GatedHORNN(0), "GatedHORNN: features=0"),
+@pytest.mark.parametrize("layer, message", [
+    (recurrent.Recurrent("lstm", 0), "Recurrent: features=0"),
+    (recurrent.Bidirectional("gru", 0), "Bidirectional: features=0"),
+    (GatedHORNN(0), "GatedHORNN: features=0"),
 ], ids=["Recurrent", "Bidirectional", "GatedHORNN"])
-def test_a_layer_of_size_zero_is_one_line(build, message):
+def test_a_layer_of_size_zero_is_one_line(layer, message):
     with pytest.raises(ValueError, match=message + "; sizes must be at least 1"):
-        build().init(jax.random.key(0), jnp.ones((2, 3, 3)))
+        layer.init(jax.random.key(0), jnp.ones((2, 3, 3)))
 
 
 @pytest.mark.parametrize("model, message", [
-    ("lm", "LanguageModel: embed_size=0; sizes"),
-    ("dc_bilstm", "DCBiLSTM: num_classes=0, embed_size=0; sizes"),
-    ("hm", "HMTextClassifier: num_classes=0; sizes"),
-])
+    (LanguageModel(10, 0, 4, 1), "LanguageModel: embed_size=0; sizes"),
+    (DCBiLSTM(10, 0, 0, dl=1, dh=2, th=2), "DCBiLSTM: num_classes=0, embed_size=0; sizes"),
+    (HMTextClassifier(10, 0, 4, net="hm", features=4), "HMTextClassifier: num_classes=0; sizes"),
+], ids=["lm", "dc_bilstm", "hm"])
 def test_a_model_of_size_zero_is_one_line(model, message):
-    from dense_rnn.models import DCBiLSTM, HMTextClassifier, LanguageModel
-
-    build = {"lm": lambda: LanguageModel(10, 0, 4, 1),
-             "dc_bilstm": lambda: DCBiLSTM(10, 0, 0, dl=1, dh=2, th=2),
-             "hm": lambda: HMTextClassifier(10, 0, 4, net="hm", features=4)}[model]
     with pytest.raises(ValueError, match=message):
-        build().init(jax.random.key(0), jnp.zeros((2, 3), jnp.int32))
+        model.init(jax.random.key(0), jnp.zeros((2, 3), jnp.int32))
