@@ -33,6 +33,24 @@ def test_a_corrected_paper_number_leaves_the_run_resumable(tmp_path):
                                 descriptive=("paper_test_ppl",))
 
 
+def test_one_run_at_a_time_trains_in_a_workdir(tmp_path):
+    """A second training run on a locked workdir is refused, naming the first's process;
+    inference reads it meanwhile, and closing (or the process's end) frees it."""
+    ckpt = checkpoint.Checkpointer(str(tmp_path), {})
+    ckpt.save_best(1, {"w": np.ones(3, np.float32)}, {"dev": 0.1})
+    ckpt.wait()
+    with pytest.raises(UserError, match=rf"workdir {tmp_path} is in use by another run "
+                       rf"\(process {os.getpid()}\); wait for it to finish, or use another"):
+        checkpoint.Checkpointer(str(tmp_path), {})
+    like = {"w": np.zeros(3, np.float32)}
+    np.testing.assert_array_equal(checkpoint.load_best(str(tmp_path), {}, like, "")["w"], 1)
+    ckpt.close()
+    checkpoint.Checkpointer(str(tmp_path), {}).close()
+    with pytest.raises(UserError, match="holds a run of"):  # a refused config frees it too
+        checkpoint.Checkpointer(str(tmp_path), {"seed": 1})
+    checkpoint.Checkpointer(str(tmp_path), {}).close()
+
+
 @dataclasses.dataclass
 class _Progress:
     global_step: int = 0
@@ -154,6 +172,7 @@ def test_loading_the_best_parameters_writes_nothing_in_the_workdir(tmp_path):
     with checkpoint.Checkpointer(str(tmp_path), {"name": "x"}) as ckpt:
         ckpt.save_best(3, {"w": np.ones(3, np.float32)}, {"dev": 0.5})
     shutil.rmtree(tmp_path / "checkpoints")
+    os.remove(tmp_path / checkpoint.LOCK_FILE)
     params = checkpoint.load_best(str(tmp_path), {"name": "x"}, {"w": np.zeros(3, np.float32)},
                                   "after the first epoch")
     np.testing.assert_array_equal(params["w"], np.ones(3))

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
+import fcntl
 import json
 import os
 import signal
@@ -66,6 +68,31 @@ def _manager(path: str, max_to_keep: int, create: bool = True) -> ocp.Checkpoint
 
 
 IDENTITY_FILE = "run_identity.json"
+LOCK_FILE = "run.lock"
+
+
+def _lock(workdir: str) -> int | None:
+    """Takes ``workdir``'s lock (an exclusive ``flock`` on ``run.lock``, released when the
+    process ends, however it ends) and returns its file descriptor; None on a file system
+    without locks, and on the hosts of a multi-host run other than the first. A workdir
+    locked by another run is a ``UserError`` naming that run's process."""
+    if jax.process_index() != 0:
+        return None
+    path = os.path.join(workdir, LOCK_FILE)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        if e.errno not in (errno.EWOULDBLOCK, errno.EACCES):  # no locks here (ENOLCK, ...)
+            os.close(fd)
+            return None
+        holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise UserError(f"workdir {workdir} is in use by another run (process {holder}); "
+                        "wait for it to finish, or use another --workdir") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
 
 
 def read_identity(workdir: str) -> dict[str, Any] | None:
@@ -111,7 +138,8 @@ class Checkpointer:
     ``descriptive`` keys (the paper's numbers beside a config) are stored but not compared,
     so correcting one leaves the runs resumable. The identity is written with the first
     checkpoint, so a run that fails before saving anything leaves the workdir free for any
-    config. ``read_only`` (inference) creates and writes nothing in the workdir.
+    config. One process at a time trains in a workdir: it is locked until ``close`` (or the
+    process's end). ``read_only`` (inference) creates, writes and locks nothing there.
     """
 
     def __init__(self, workdir: str, identity: dict[str, Any], max_to_keep: int = 2,
@@ -122,14 +150,20 @@ class Checkpointer:
         try:
             if not read_only:
                 os.makedirs(workdir, exist_ok=True)
+            self._lock_fd = None if read_only else _lock(workdir)
         except OSError as e:
             raise UserError(f"cannot use --workdir={workdir}: {e.strerror}") from None
-        stored = read_identity(workdir)
-        if stored is not None:
-            self._check_identity(stored)
-        self._identity_written = stored is not None
-        self._latest = _manager(os.path.join(workdir, "checkpoints"), max_to_keep, not read_only)
-        self._best = _manager(os.path.join(workdir, "best"), 1, not read_only)
+        try:
+            stored = read_identity(workdir)
+            if stored is not None:
+                self._check_identity(stored)
+            self._identity_written = stored is not None
+            self._latest = _manager(os.path.join(workdir, "checkpoints"), max_to_keep,
+                                    not read_only)
+            self._best = _manager(os.path.join(workdir, "best"), 1, not read_only)
+        except BaseException:
+            self._unlock()
+            raise
 
     def _check_identity(self, stored: dict[str, Any]) -> None:
         error = identity_error(self.workdir, stored, self.identity, self.descriptive)
@@ -272,10 +306,18 @@ class Checkpointer:
         self._latest.wait_until_finished()
         self._best.wait_until_finished()
 
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
+
     def close(self) -> None:
-        """Finishes pending saves and releases both checkpoint managers."""
-        self._latest.close()
-        self._best.close()
+        """Finishes pending saves, releases both checkpoint managers and the workdir."""
+        try:
+            self._latest.close()
+            self._best.close()
+        finally:
+            self._unlock()
 
     def __enter__(self) -> Checkpointer:
         return self
