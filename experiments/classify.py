@@ -26,13 +26,20 @@ from typing import Any
 from absl import flags
 
 from dense_rnn.cli import run_binary, stop_on_signals
+from dense_rnn.configs import flags as config_flags
 from dense_rnn.configs.classifier import ClassifierConfig
 from dense_rnn.configs.families import all_configs, get_config
-from dense_rnn.configs.flags import DEFINE_BY_TYPE, apply_overrides, define_override_flags
+from dense_rnn.configs.flags import (
+    DEFINE_BY_TYPE,
+    apply_overrides,
+    define_override_flags,
+    refuse_given,
+)
 from dense_rnn.data import DEFAULT_DATA_DIR
 from dense_rnn.errors import UserError
 
-flags.DEFINE_string("config", "dc_bilstm", "Named config (see dense_rnn/configs/).")
+flags.DEFINE_string("config", "dc_bilstm", "Named config, one per paper row: "
+                    f"{', '.join(all_configs())}.")
 flags.DEFINE_string("dataset", "sst2", "Dataset: mr, sst1, sst2, subj, trec, sst1_phrases, "
                     "sst2_phrases (Ding et al.); imdb, sst5, ag (Zhao et al.).")
 flags.DEFINE_string("data_dir", DEFAULT_DATA_DIR,
@@ -97,6 +104,10 @@ def _model_arg(name: str) -> Any:
 
 
 MODEL_ARG_FLAGS = _define_model_arg_flags()
+flags.adopt_module_key_flags(config_flags)
+# The flags that only training reads; --mode=predict refuses them (and training --text_file).
+TRAIN_ONLY = ["data_dir", "hf_dataset", "embeddings", "oov", "select", "folds", "lr_sweep",
+              "max_len", "dry_run", "multihost"]
 
 
 def resolve_config() -> tuple[ClassifierConfig, ModuleType]:
@@ -114,7 +125,12 @@ def resolve_config() -> tuple[ClassifierConfig, ModuleType]:
     if FLAGS.embeddings:  # the run takes the embedding size of the file
         from dense_rnn.data.glove import glove_dim
 
-        config = dataclasses.replace(config, embed_size=glove_dim(FLAGS.embeddings))
+        dim = glove_dim(FLAGS.embeddings)
+        if FLAGS["embed_size"].present and FLAGS.embed_size != dim:
+            raise UserError(f"--embed_size={FLAGS.embed_size}, but the vectors of "
+                            f"--embeddings={FLAGS.embeddings} have {dim} dimensions; drop "
+                            "--embed_size (it follows the file)")
+        config = dataclasses.replace(config, embed_size=dim)
     from dense_rnn import precision
     from dense_rnn.train import classify  # after the checks above: keeps their errors fast
 
@@ -147,8 +163,11 @@ def predict(workdir: str) -> None:
 def run() -> None:
     """Trains ``--config`` on ``--dataset`` (or classifies ``--text_file`` with a trained run)."""
     if FLAGS.mode == "predict":
+        refuse_given(TRAIN_ONLY + OVERRIDES + MODEL_ARG_FLAGS, FLAGS, "--mode=predict reads "
+                     "the trained run's config and vocabulary from --workdir")
         predict(FLAGS.workdir or os.path.join("workdirs", f"{FLAGS.config}_{FLAGS.dataset}"))
         return
+    refuse_given(["text_file"], FLAGS, "--mode=train trains on --dataset")
     config, family = resolve_config()
     from dense_rnn.data.text_classification import get_dataset
     from dense_rnn.train import classify

@@ -21,8 +21,9 @@ import sys
 from absl import flags
 
 from dense_rnn.cli import run_binary, stop_on_signals
+from dense_rnn.configs import flags as config_flags
 from dense_rnn.configs import ptb as ptb_configs
-from dense_rnn.configs.flags import apply_overrides, define_override_flags
+from dense_rnn.configs.flags import apply_overrides, define_override_flags, refuse_given
 from dense_rnn.data import DEFAULT_DATA_DIR
 from dense_rnn.errors import UserError
 
@@ -46,7 +47,12 @@ flags.DEFINE_integer("num_words", 50, "sample: words to draw (--seed picks them)
 flags.DEFINE_string("text_file", None, "score: one sentence a line, words split on spaces; "
                     "each sentence is scored from a zero state.")
 OVERRIDES = define_override_flags(ptb_configs.LMConfig)
+flags.adopt_module_key_flags(config_flags)
 FLAGS = flags.FLAGS
+# The flags only one mode reads; the others refuse them.
+TRAIN_ONLY = ["dry_run", "multihost", "data_dir", "hf_dataset"]
+MODE_ONLY = {"sample": ["prompt", "temperature", "num_words"], "score": ["text_file"]}
+MODE_DOES = {"sample": "draws words from", "score": "scores --text_file with"}
 
 
 def resolve_config() -> ptb_configs.LMConfig:
@@ -90,8 +96,20 @@ def infer(workdir: str) -> None:
           f"perplexity {scores.perplexity:.2f}")
 
 
+def check_mode_flags() -> None:
+    """Refuses the flags that ``--mode`` would ignore."""
+    others = [n for mode, names in MODE_ONLY.items() if mode != FLAGS.mode for n in names]
+    if FLAGS.mode == "train":
+        refuse_given(others, FLAGS, "--mode=train trains")
+    else:
+        ignored = TRAIN_ONLY + [n for n in OVERRIDES if n != "seed" or FLAGS.mode != "sample"]
+        refuse_given(ignored + others, FLAGS, f"--mode={FLAGS.mode} {MODE_DOES[FLAGS.mode]} "
+                     "the trained run in --workdir, as it was configured")
+
+
 def run() -> None:
     """Trains ``--config`` (or samples/scores with a trained one, per ``--mode``)."""
+    check_mode_flags()
     config = resolve_config()
     if FLAGS.mode != "train":
         infer(FLAGS.workdir or os.path.join("workdirs", config.name))

@@ -246,6 +246,18 @@ def test_a_bad_flag_or_value_is_one_error_line():
     one_line_error(run_binary("--mode=sampel"), "value should be one of <train|sample|score>")
 
 
+def test_a_mode_refuses_the_flags_it_would_ignore():
+    """Inference reads the trained run's config: a training flag there is an error, as is
+    one mode's flag in another (``--seed`` picks the sampled words)."""
+    one_line_error(run_binary("--mode=sample", "--learning_rate=1", "--seed=3", "--dry_run"),
+                   "--mode=sample draws words from the trained run in --workdir, as it was "
+                   "configured, so it takes no --dry_run, --learning_rate; drop them")
+    one_line_error(run_binary("--mode=score", "--prompt=the", "--seed=3"),
+                   "takes no --seed, --prompt; drop them")
+    one_line_error(run_binary("--text_file=s.txt"), "--mode=train trains, so it takes no "
+                   "--text_file; drop it")
+
+
 def test_bad_inputs(corpus_dir, tmp_path):
     one_line_error(run_binary("--config=nope"), "known configs: zaremba_small")
     one_line_error(

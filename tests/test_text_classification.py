@@ -302,6 +302,10 @@ def test_dry_run_counts_at_the_embedding_files_dimension(data_dir):
     glove = os.path.join(data_dir, "glove", "glove.6B.50d.txt.gz")
     out = _classify("--config=dc_bilstm", f"--embeddings={glove}", "--dry_run").stdout
     assert "embed_size=50\n" in out and "num_params_paper=814200\n" in out  # what runs log
+    r = _classify(f"--embeddings={glove}", "--embed_size=300", "--dry_run", check=False)
+    assert r.returncode == 2 and r.stderr == (
+        f"error: --embed_size=300, but the vectors of --embeddings={glove} have 50 dimensions; "
+        "drop --embed_size (it follows the file)\n")
 
 
 @pytest.mark.parametrize("args,message", [
@@ -321,6 +325,9 @@ def test_dry_run_counts_at_the_embedding_files_dimension(data_dir):
     (["--learning_rate=0"], "learning_rate=0.0 must be positive"),
     (["stray"], "unexpected arguments 'stray'"),
     (["--config=hm_densegru_64", "--depths=2,x"], "--depths=2,x: give integers like 2,4,8"),
+    (["--text_file=t.txt"], "--mode=train trains on --dataset, so it takes no --text_file"),
+    (["--mode=predict", "--dl=3"], "--mode=predict reads the trained run's config and "
+     "vocabulary from --workdir, so it takes no --data_dir, --batch_size, --dl, --dh, --th"),
 ])
 def test_bad_flags_one_line(tmp_path, args, message):
     _toy_data(tmp_path)

@@ -8,6 +8,8 @@ from collections.abc import Callable
 
 from absl import flags
 
+from dense_rnn.errors import UserError
+
 # The absl ``DEFINE_*`` function of each scalar flag type.
 DEFINE_BY_TYPE: dict[type, Callable[..., typing.Any]] = {
     bool: flags.DEFINE_bool, int: flags.DEFINE_integer, float: flags.DEFINE_float,
@@ -17,16 +19,27 @@ _Config = typing.TypeVar("_Config")
 
 def define_override_flags(cls: type, skip: tuple[str, ...] = ("name",)) -> list[str]:
     """Defines ``--<field>`` for each scalar field of ``cls``, with no default: only the
-    flags given on the command line override the config's values."""
+    flags given on the command line override the config's values. Fields in ``skip`` and
+    the paper's numbers (``paper*``: descriptive, not settings) get no flag. A binary
+    lists them in its ``--help`` with ``flags.adopt_module_key_flags`` of this module."""
     hints = typing.get_type_hints(cls)
     names = []
     for f in dataclasses.fields(cls):
         define = DEFINE_BY_TYPE.get(hints[f.name])
-        if define is None or f.name in skip:
+        if define is None or f.name in skip or f.name.startswith("paper"):
             continue
         define(f.name, None, f"Override the config's {f.name}.")
         names.append(f.name)
     return names
+
+
+def refuse_given(names: list[str], values: flags.FlagValues, why: str) -> None:
+    """A ``UserError`` when any flag in ``names`` was given on the command line: ``why``
+    says what ignores them (``--mode=predict reads the trained run's config``)."""
+    given = [f"--{n}" for n in names if values[n].present]
+    if given:
+        raise UserError(f"{why}, so it takes no {', '.join(given)}; drop "
+                        f"{'it' if len(given) == 1 else 'them'}")
 
 
 def apply_overrides(config: _Config, names: list[str], values: flags.FlagValues) -> _Config:
