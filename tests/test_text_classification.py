@@ -37,7 +37,7 @@ def test_tree_phrases():
                                           ("rocks -LRB-", 4), ("rocks", 3), ("-LRB-", 2)])
     # cleaned, a tree's bracket token is the stsa.* sentences' one
     assert tc.clean_str_sst(phrases[0][0]) == tc.clean_str_sst("the rock rocks -lrb-")
-    for bad in ["(3 (2 a) (2 b)", "(2 a) (2 b)", "", "(x a)"]:
+    for bad in ["(3 (2 a) (2 b)", "(2 a) (2 b)", "", "(x a)", "()", "(3)", "(3 ((2 a) (2 b)))"]:
         with pytest.raises((ValueError, IndexError)):
             tc._tree_phrases(bad)
 
@@ -89,6 +89,20 @@ def test_cv_folds_fixed_disjoint_and_covering(name):
 def test_sst_phrases():
     splits = tc.load_sst(DATA, fine=False, phrases=True)
     assert len(splits["train"]) > 70000 and set(splits["train"]["label"]) == {0, 1}
+    assert all(splits["train"]["tokens"])  # none cleans to nothing
+    assert len(tc.load_sst(DATA, fine=True, phrases=True)["train"]) == 159_258
+
+
+def test_phrases_that_clean_to_nothing_are_left_out_and_sst_files_may_start_with_a_bom(tmp_path):
+    for split in ("train", "dev", "test"):
+        _write(f"{tmp_path}/sst/stsa.fine.{split}", "\ufeff1 good film\n".encode())
+    _write(f"{tmp_path}/sst/trees/train.txt", b"(3 (3 (2 Good) (2 --)) (3 film))\n"
+           b"(1 (2 good) (1 film))\n")
+    splits = tc.load_sst(str(tmp_path), fine=True, phrases=True)
+    assert splits["dev"]["label"] == [1]
+    pairs = dict(zip(splits["train"]["text"], splits["train"]["label"], strict=True))
+    assert pairs == {"Good -- film": 3, "Good --": 3, "Good": 2, "film": 3, "good film": 1,
+                     "good": 2}
 
 
 def _write(path, data: bytes):
@@ -112,8 +126,12 @@ def test_a_split_cut_short_is_warned_about(data_dir, tmp_path):
 
 def test_bad_files(tmp_path):
     d = str(tmp_path)
-    with pytest.raises(UserError, match="not found"):
+    with pytest.raises(UserError, match="does not exist"):
         tc.load_trec(d)
+    os.makedirs(f"{d}/trec/train_5500.label")
+    with pytest.raises(UserError, match="train_5500.label is a directory, not a file"):
+        tc.load_trec(d)
+    os.rmdir(f"{d}/trec/train_5500.label")
     for split in ("train", "dev", "test"):
         _write(f"{d}/sst/stsa.binary.{split}", b"1 good film\n\n   \n0 bad film\n")
     assert len(tc.load_sst(d, fine=False)["train"]) == 2  # blank lines skipped
@@ -141,7 +159,7 @@ def test_bad_files(tmp_path):
     with pytest.raises(UserError, match="unknown dataset"):
         tc.get_dataset("imdbb")
     # a user's own file (--text_file): the caller's words, not --data_dir's
-    with pytest.raises(UserError, match="^text file .*none.txt not found; pass --text_file"):
+    with pytest.raises(UserError, match="^text file .*none.txt does not exist; pass --text_file"):
         tc.read_lines(f"{d}/none.txt", "utf-8", "text file", "pass --text_file=FILE")
     with pytest.raises(UserError, match="^text file .* has no non-blank lines; pass --text_"):
         tc.read_lines(f"{d}/mr/rt-polarity.neg", "utf-8", "text file", "pass --text_file=FILE")
@@ -187,7 +205,7 @@ def test_glove_txt_and_gz(tmp_path):
     (tmp_path / "bad.txt").write_text("the 0.1 0.2 0.3\nfilm 1\n")
     with pytest.raises(UserError, match="1 values where the first line has 3"):
         load_glove(str(tmp_path / "bad.txt"))
-    with pytest.raises(UserError, match="not found"):
+    with pytest.raises(UserError, match="does not exist"):
         load_glove(str(tmp_path / "missing.txt"))
     for rows in ("the 0.1 0.2\nfilm 1 2 3\n", "the 0.1 0.2 0.3\nfilm 1 2 3 4\n"):
         (tmp_path / "dims.txt").write_text(rows)  # a short first row, a long later row
@@ -312,7 +330,7 @@ def test_dry_run_counts_at_the_embedding_files_dimension(data_dir):
     (["--config=nope"], "unknown config 'nope'"),
     (["--dataset=nope"], "unknown dataset 'nope'"),
     (["--data_dir=/nonexistent"], "data directory /nonexistent not found"),
-    (["--embeddings=/nonexistent.txt"], "embeddings file /nonexistent.txt not found"),
+    (["--embeddings=/nonexistent.txt"], "embeddings file /nonexistent.txt does not exist"),
     (["--dl=-1"], "dl=-1, dh=3, th=4: dl and dh must be >= 0"),
     (["--config=hm_densegru_64", "--cell=foo"], "unknown cell 'foo'"),
     (["--dropout_pool=1.5"], "dropout_pool=1.5 must be in [0, 1)"),
@@ -488,7 +506,7 @@ def test_predict_matches_the_runs_test_accuracy(tmp_path):
             ([f"--workdir={tmp_path}", f"--text_file={tmp_path}/q.txt"],
              "no training run in"),
             ([f"--workdir={tmp_path}/w", f"--text_file={tmp_path}/none.txt"],
-             "none.txt not found; pass --text_file=FILE")):
+             "none.txt does not exist; pass --text_file=FILE")):
         r = _classify("--mode=predict", *args, check=False)
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
 

@@ -10,13 +10,14 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 
 from dense_rnn.errors import UserError
+from dense_rnn.files import not_a
 
 
 def _vector_lines(path: str) -> Iterator[tuple[int, list[str]]]:
     """``(line number, fields)`` of every vector line; a word2vec-style header line
     ``COUNT DIM`` and blank lines are skipped. Unreadable files end in a ``UserError``."""
     if not os.path.isfile(path):
-        raise UserError(f"embeddings file {path} not found; pass --embeddings=PATH to a GloVe "
+        raise UserError(f"embeddings file {path} {not_a(path)}; pass --embeddings=PATH to a GloVe "
                         ".txt or .txt.gz file, or --embeddings= for random embeddings")
     opener = gzip.open if path.endswith(".gz") else open
     try:

@@ -31,6 +31,7 @@ from dense_rnn.data.text_classification import (
     load_sst,
 )
 from dense_rnn.errors import UserError
+from dense_rnn.files import not_a
 
 IMDB_TAR = os.path.join("imdb", "aclImdb_labeled.tar.gz")
 _IMDB_MEMBER = re.compile(r"aclImdb/(train|test)/(pos|neg)/\d+_\d+\.txt$")
@@ -42,7 +43,7 @@ AG_TRAIN_MISSING = ("AG News training split missing: {path} not found (only test
 def read_imdb_tar(path: str) -> dict[str, tuple[list[str], list[int]]]:
     """``{split: (texts, labels)}`` of the IMDB tarball, label 1 = pos, in archive order."""
     if not os.path.isfile(path):
-        raise UserError(f"IMDB archive {path} not found; pass --data_dir=DIR holding "
+        raise UserError(f"IMDB archive {path} {not_a(path)}; pass --data_dir=DIR holding "
                         f"{IMDB_TAR}")
     out: dict[str, tuple[list[str], list[int]]] = {"train": ([], []), "test": ([], [])}
     try:
@@ -58,8 +59,9 @@ def read_imdb_tar(path: str) -> dict[str, tuple[list[str], list[int]]]:
             while tar.fileobj.read(1 << 20):
                 pass
     except (tarfile.TarError, OSError, EOFError, UnicodeDecodeError, zlib.error) as e:
-        raise UserError(f"{path} is not a readable IMDB tar.gz, or is damaged ({e}); restore "
-                        "the original archive") from None
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__  # tarfile's: lines
+        raise UserError(f"{path} is not a readable IMDB tar.gz, or is damaged ({why}); "
+                        "restore the original archive") from None
     for split, (texts, _) in out.items():
         if not texts:
             raise UserError(f"{path} holds no aclImdb/{split}/{{pos,neg}}/*.txt reviews")

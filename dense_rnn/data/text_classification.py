@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dense_rnn.errors import UserError
-from dense_rnn.files import atomic_write
+from dense_rnn.files import atomic_write, not_a
 
 if TYPE_CHECKING:
     import datasets
@@ -79,7 +79,7 @@ def read_lines(path: str, encoding: str, what: str = "data file",
     on failure. Errors name the file ``what`` and say ``hint`` for a missing or empty one
     (default: a dataset file, found under --data_dir)."""
     if not os.path.isfile(path):
-        raise UserError(f"{what} {path} not found; " + (
+        raise UserError(f"{what} {path} {not_a(path)}; " + (
             hint or f"pass --data_dir=DIR holding the dataset directories ({DATA_DIRS})"))
     try:
         with open(path, encoding=encoding) as f:
@@ -92,6 +92,7 @@ def read_lines(path: str, encoding: str, what: str = "data file",
     if "\x00" in text:  # every byte is valid Latin-1 or cp1252, but text has no NULs
         raise UserError(f"{path} contains NUL characters (UTF-16 or binary?); re-save it as "
                         f"{encoding} text")
+    text = text.removeprefix("\ufeff")  # a UTF-8 byte-order mark (Latin-1 reads it as ï»¿)
     # split("\n"), not splitlines(): that also splits at \x85 etc.
     lines = [(n, ln) for n, ln in enumerate(text.split("\n"), 1) if ln.strip()]
     if not lines:
@@ -145,6 +146,8 @@ def _tree_phrases(line: str) -> list[tuple[str, int]]:
             stack.append((-1, []))
         elif tok == ")":
             label, words = stack.pop()
+            if label < 0 or not words:
+                raise ValueError("a node without a label or without words")
             out.append((" ".join(words), label))
             if stack:
                 stack[-1][1].extend(words)
@@ -161,7 +164,8 @@ def _tree_phrases(line: str) -> list[tuple[str, int]]:
 
 def load_sst(data_dir: str, fine: bool, phrases: bool = False) -> Splits:
     """SST-1 (``fine``) or SST-2 sentence-level splits; ``phrases``: train on every phrase
-    of ``trees/train.txt`` (deduplicated; SST-2 drops neutral and maps 0,1 -> 0, 3,4 -> 1)."""
+    of ``trees/train.txt`` once (SST-2 drops neutral and maps 0,1 -> 0, 3,4 -> 1), but none
+    that cleans to nothing (``--``)."""
     kind, c = ("fine", 5) if fine else ("binary", 2)
     splits = {
         split: _dataset(*_labelled_lines(os.path.join(data_dir, "sst", f"stsa.{kind}.{split}"),
@@ -178,9 +182,8 @@ def load_sst(data_dir: str, fine: bool, phrases: bool = False) -> Splits:
                 raise UserError(f"{path}: line {n} is not a labelled PTB-style tree: "
                                 f"{line[:40]!r}") from None
             for text, label in tree:
-                if not fine and label == 2:
-                    continue
-                seen.setdefault(text, label if fine else int(label > 2))
+                if (fine or label != 2) and clean_str_sst(text):
+                    seen.setdefault(text, label if fine else int(label > 2))
         splits["train"] = _dataset(list(seen), list(seen.values()), clean_str_sst)
     return splits
 
@@ -239,8 +242,9 @@ DATASETS: dict[str, DatasetSpec] = {
                         hub="SetFit/sst5", sizes=SST1_SIZES),
     "sst2": DatasetSpec(2, lambda d: load_sst(d, fine=False), clean=clean_str_sst,
                         hub="SetFit/sst2", sizes=SST2_SIZES),
+    # 159,274 distinct training phrases, less 16 that clean to nothing ("--")
     "sst1_phrases": DatasetSpec(5, lambda d: load_sst(d, fine=True, phrases=True),
-                                clean=clean_str_sst, sizes={**SST1_SIZES, "train": 159_274}),
+                                clean=clean_str_sst, sizes={**SST1_SIZES, "train": 159_258}),
     "sst2_phrases": DatasetSpec(2, lambda d: load_sst(d, fine=False, phrases=True),
                                 clean=clean_str_sst, sizes={**SST2_SIZES, "train": 77_616}),
     "trec": DatasetSpec(6, load_trec, hub="CogComp/trec", label_names=TREC_LABELS,
