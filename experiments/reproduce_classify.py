@@ -16,7 +16,7 @@ sweep over ``LR_SWEEP`` and the other seeds train at the rate it chose. Each run
 ``command.txt``, ``summary.json`` and ``metrics.jsonl`` to ``DIR/RUN/`` (the records kept in
 ``experiments/results/{dc_bilstm,hm_densernn}/runs/``); the report reads either tree. The
 report (Markdown, also written to ``ROOT/SUITE.md`` after running) pools the runs of each
-(config, dataset) into mean ± std beside the accuracy the suite's paper table gives;
+(config, dataset) into mean ± sample std beside the accuracy the suite's paper table gives;
 ``--plot=PNG`` draws their dev/test curves.
 """
 
@@ -193,15 +193,16 @@ def _paper(name: str, dataset: str, table: int) -> str:
 
 
 def report(jobs: list[Job], table: int) -> str:
-    """One row per (config, dataset): test accuracy mean ± std over seeds or folds, beside
-    the accuracy the paper's ``table`` gives."""
+    """One row per (config, dataset): test accuracy mean ± sample standard deviation
+    (ddof 1; the mean alone for one run) over seeds or folds, beside the accuracy the
+    paper's ``table`` gives."""
     groups: dict[tuple[str, str], list[dict]] = collections.defaultdict(list)
     for job in jobs:
         s = runner.summary(FLAGS.root, job.name)
         groups[(_arg(job, "config"), _arg(job, "dataset"))].append(s)
     rows = ["| config | data | params, paper's count (d=300) | params, paper's count (run's d) "
-            "| params of the run (no emb.) | runs | test % mean ± std | dev % mean | paper % | lr "
-            "| epochs best/ran | wall min/run | device |", "|" + "---|" * 13]
+            "| params of the run (no emb.) | runs | test % mean ± sample std | dev % mean "
+            "| paper % | lr | epochs best/ran | wall min/run | device |", "|" + "---|" * 13]
     for (config, dataset), runs in groups.items():
         done = [s for s in runs if s is not None]
         paper_count = f"{_family(config).paper_param_count(_family(config).CONFIGS[config]):,}"
@@ -215,7 +216,7 @@ def report(jobs: list[Job], table: int) -> str:
         rows.append(
             f"| {config}{sel} | {dataset} | {paper_count} | {done[0]['num_params_paper']:,} | "
             f"{done[0]['num_params']:,} | {len(done)} of {len(runs)} | "
-            f"{np.mean(tests):.1f} ± {np.std(tests):.1f} | "
+            f"{np.mean(tests):.1f}{f' ± {np.std(tests, ddof=1):.1f}' if len(tests) > 1 else ''} | "
             f"{np.mean([100 * s['dev_accuracy'] for s in done]):.1f} | "
             f"{_paper(config, dataset, table)} | {', '.join(f'{r:g}' for r in lrs)} | "
             f"{', '.join(f'{r[0]}/{r[1]}' for r in map(_epochs, done))} | "

@@ -136,9 +136,9 @@ def test_report_pools_runs_and_records(parsed, tmp_path):
             {"epoch": 1, "dev_accuracy": 0.8, "test_accuracy": acc}) + "\n")
         (d / "command.txt").write_text("python -m experiments.classify\n")
     table = rc.report(jobs, 1)
-    assert ("| bilstm | sst2 | 1,440,000 | 840,000 | 843,602 | 2 of 3 | 82.0 ± 2.0 | 80.0 | 87.5 |"
+    assert ("| bilstm | sst2 | 1,440,000 | 840,000 | 843,602 | 2 of 3 | 82.0 ± 2.8 | 80.0 | 87.5 |"
             in table)
-    assert "| 2 of 3 | 82.0 ± 2.0 | 80.0 | 87.2 |" in rc.report(jobs, 3)  # Table 3's own
+    assert "| 2 of 3 | 82.0 ± 2.8 | 80.0 | 87.2 |" in rc.report(jobs, 3)  # Table 3's own
     rc.record(jobs, str(tmp_path / "rec"))
     assert sorted(os.listdir(tmp_path / "rec" / jobs[0].name)) == [
         "command.txt", "metrics.jsonl", "summary.json"]
