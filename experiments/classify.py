@@ -12,7 +12,7 @@ some folds), each fold in ``WORKDIR/fold_K``. A trained run classifies new text:
 
     python -m experiments.classify --mode=predict --workdir=workdirs/dc_sst2 --text_file=F
 
-printing ``label<TAB>probability<TAB>text`` for each non-blank line of ``F``.
+printing ``label<TAB>name<TAB>probability<TAB>text`` for each non-blank line of ``F``.
 """
 
 from __future__ import annotations
@@ -149,15 +149,22 @@ def predict(workdir: str) -> None:
 
     if not FLAGS.text_file:
         raise UserError("--mode=predict needs --text_file=FILE, one text a line")
-    texts = [line for _, line in read_lines(FLAGS.text_file, "utf-8", "text file",
-                                            "pass --text_file=FILE with one text a line")]
+    numbered = read_lines(FLAGS.text_file, "utf-8", "text file",
+                          "pass --text_file=FILE with one text a line")
+    texts = [line for _, line in numbered]
     trained = classify_infer.load(workdir)
-    probs, words, unknown = classify_infer.predict(trained, texts)
-    for text, p in zip(texts, probs, strict=True):
-        print(f"{int(p.argmax())}\t{p.max():.4f}\t{text}")
+    out = classify_infer.predict(trained, texts)
+    names = trained.class_names
+    for text, p, label in zip(texts, out.probs, out.labels, strict=True):
+        print(f"{label}\t{names[label]}\t{p[label]:.4f}\t{text}")
     fate = "dropped" if trained.vocab.drop_unknown else "mapped to <unk>"
-    print(f"{len(texts)} texts, {words} words, {unknown} not in the vocabulary ({fate}); "
-          f"{trained.config.name} trained on {trained.dataset}", file=sys.stderr)
+    print(f"{len(texts)} texts, {out.num_words} words, {out.num_unknown} not in the vocabulary "
+          f"({fate}); {trained.config.name} trained on {trained.dataset}", file=sys.stderr)
+    empty = [str(n) for (n, _), e in zip(numbered, out.empty, strict=True) if e]
+    if empty:
+        print(f"warning: {len(empty)} text(s) hold no word the model reads (line(s) "
+              f"{', '.join(empty[:10])}{', ...' * (len(empty) > 10)}): their label is the "
+              "model's guess for an empty text", file=sys.stderr)
 
 
 def run() -> None:

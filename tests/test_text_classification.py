@@ -492,11 +492,16 @@ def test_predict_matches_the_runs_test_accuracy(tmp_path):
     (tmp_path / "q.txt").write_text("\n".join(ln.split(" ", 1)[1] for ln in lines) + "\n\n")
     r = _classify("--mode=predict", f"--workdir={tmp_path}/w", f"--text_file={tmp_path}/q.txt")
     rows = [ln.split("\t") for ln in r.stdout.splitlines()]
-    assert len(rows) == len(lines) and all(0 < float(p) <= 1 for _, p, _ in rows)
-    accuracy = np.mean([int(label) == y for (label, _, _), y in zip(rows, labels, strict=True)])
+    assert len(rows) == len(lines) and all(0 < float(p) <= 1 for _, _, p, _ in rows)
+    assert all(name == tc.TREC_LABELS[int(label)] for label, name, _, _ in rows)
+    accuracy = np.mean([int(row[0]) == y for row, y in zip(rows, labels, strict=True)])
     summary = json.load(open(f"{tmp_path}/w/summary.json"))
     assert accuracy == pytest.approx(summary["test_accuracy"])
-    assert f"{len(lines)} texts" in r.stderr
+    assert f"{len(lines)} texts" in r.stderr and "warning" not in r.stderr
+    (tmp_path / "e.txt").write_text(f"{lines[0].split(' ', 1)[1]}\n\n--\n* * *\n")
+    r = _classify("--mode=predict", f"--workdir={tmp_path}/w", f"--text_file={tmp_path}/e.txt")
+    assert ("warning: 2 text(s) hold no word the model reads (line(s) 3, 4): their label is "
+            "the model's guess for an empty text") in r.stderr
     os.makedirs(tmp_path / "lm")
     (tmp_path / "lm" / "run_identity.json").write_text('{"name": "tiny", "vocab_size": 10}')
     for args, message in (
@@ -644,10 +649,10 @@ def test_predict_keeps_the_runs_max_len(tmp_path):
     trained = classify_infer.load(str(tmp_path / "w"))
     assert trained.max_len == 3
     texts = ["w1 w2 w3 w4 w5 w6 w7", "w1 w2 w3"]
-    probs, words, _ = classify_infer.predict(trained, texts)
-    np.testing.assert_array_equal(probs[0], probs[1])
-    assert words == 6
-    full, _, _ = classify_infer.predict(dataclasses.replace(trained, max_len=0), texts)
+    out = classify_infer.predict(trained, texts)
+    np.testing.assert_array_equal(out.probs[0], out.probs[1])
+    assert out.num_words == 6 and not out.empty.any()
+    full = classify_infer.predict(dataclasses.replace(trained, max_len=0), texts).probs
     assert not np.array_equal(full[0], full[1])  # the cut matters for these texts
 
 

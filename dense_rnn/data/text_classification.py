@@ -222,10 +222,13 @@ class DatasetSpec:
     clean: Callable[[str], str] = clean_str
     hub: str = ""
     label_names: tuple[str, ...] = ()  # class ids' names, where a hub version names them
+    class_names: tuple[str, ...] = ()  # what each class id means, for people (predictions)
     # The standard splits' sizes (the data README's counts), checked on local files.
     sizes: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
 
+POLARITY = ("negative", "positive")
+SENTIMENT = ("very negative", "negative", "neutral", "positive", "very positive")
 SST1_SIZES = {"train": 8_544, "dev": 1_101, "test": 2_210}  # sentences, phrases not expanded
 SST2_SIZES = {"train": 6_920, "dev": 872, "test": 1_821}  # neutral sentences left out
 
@@ -234,29 +237,34 @@ SST2_SIZES = {"train": 6_920, "dev": 872, "test": 1_821}  # neutral sentences le
 DATASETS: dict[str, DatasetSpec] = {
     "mr": DatasetSpec(2, lambda d: load_polarity(
         d, "mr", ("rt-polarity.neg", "rt-polarity.pos"), "cp1252"), 10,
-        hub="cornell-movie-review-data/rotten_tomatoes", sizes={"all": 10_662}),
+        hub="cornell-movie-review-data/rotten_tomatoes", sizes={"all": 10_662},
+        class_names=POLARITY),
     "subj": DatasetSpec(2, lambda d: load_polarity(
         d, "subj", ("plot.tok.gt9.5000", "quote.tok.gt9.5000"), "latin-1"), 10,
-        hub="SetFit/subj", sizes={"all": 10_000}),
+        hub="SetFit/subj", sizes={"all": 10_000}, class_names=("objective", "subjective")),
     "sst1": DatasetSpec(5, lambda d: load_sst(d, fine=True), clean=clean_str_sst,
-                        hub="SetFit/sst5", sizes=SST1_SIZES),
+                        hub="SetFit/sst5", sizes=SST1_SIZES, class_names=SENTIMENT),
     "sst2": DatasetSpec(2, lambda d: load_sst(d, fine=False), clean=clean_str_sst,
-                        hub="SetFit/sst2", sizes=SST2_SIZES),
+                        hub="SetFit/sst2", sizes=SST2_SIZES, class_names=POLARITY),
     # 159,274 distinct training phrases, less 16 that clean to nothing ("--")
     "sst1_phrases": DatasetSpec(5, lambda d: load_sst(d, fine=True, phrases=True),
-                                clean=clean_str_sst, sizes={**SST1_SIZES, "train": 159_258}),
+                                clean=clean_str_sst, sizes={**SST1_SIZES, "train": 159_258},
+                                class_names=SENTIMENT),
     "sst2_phrases": DatasetSpec(2, lambda d: load_sst(d, fine=False, phrases=True),
-                                clean=clean_str_sst, sizes={**SST2_SIZES, "train": 77_616}),
+                                clean=clean_str_sst, sizes={**SST2_SIZES, "train": 77_616},
+                                class_names=POLARITY),
     "trec": DatasetSpec(6, load_trec, hub="CogComp/trec", label_names=TREC_LABELS,
-                        sizes={"train": 5_452, "test": 500}),
+                        sizes={"train": 5_452, "test": 500}, class_names=TREC_LABELS),
     # Zhao et al. 2019 (HM-DenseRNN); dense_rnn.data.hm_datasets imports this module.
     "imdb": DatasetSpec(2, lambda d: _hm_datasets().load_imdb(d), clean=clean_str_html,
                         hub="stanfordnlp/imdb",
-                        sizes={"train": 22_500, "dev": 2_500, "test": 25_000}),
+                        sizes={"train": 22_500, "dev": 2_500, "test": 25_000},
+                        class_names=POLARITY),
     "sst5": DatasetSpec(5, lambda d: _hm_datasets().load_sst5(d), clean=clean_str_sst,
-                        hub="SetFit/sst5", sizes=SST1_SIZES),
+                        hub="SetFit/sst5", sizes=SST1_SIZES, class_names=SENTIMENT),
     "ag": DatasetSpec(4, lambda d: _hm_datasets().load_ag(d), hub="fancyzhx/ag_news",
-                      sizes={"train": 108_000, "dev": 12_000, "test": 7_600}),
+                      sizes={"train": 108_000, "dev": 12_000, "test": 7_600},
+                      class_names=("World", "Sports", "Business", "Sci/Tech")),
 }
 
 

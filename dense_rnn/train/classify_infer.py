@@ -34,6 +34,12 @@ class TrainedClassifier:
     vocab: tc.Vocab
     max_len: int = 0  # the run's --max_len: tokens kept of every text (0: all)
 
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        """The name of each class id of the run's dataset (else the ids themselves)."""
+        spec = tc.get_dataset(self.dataset)
+        return spec.class_names or tuple(map(str, range(spec.num_classes)))
+
 
 def _runs_below(workdir: str) -> list[str]:
     return sorted(d for d in os.listdir(workdir)
@@ -68,11 +74,25 @@ def load(workdir: str) -> TrainedClassifier:
                              identity.get("max_len", 0))
 
 
-def predict(trained: TrainedClassifier, texts: Sequence[str],
-            batch_size: int = 64) -> tuple[np.ndarray, int, int]:
-    """Class probabilities ``(len(texts), classes)``, the number of words of the texts
-    and how many of them are not in the vocabulary; as in training, a run with ``max_len``
-    sees (and counts) only the first ``max_len`` words of each text."""
+@dataclasses.dataclass(frozen=True)
+class Predictions:
+    """What ``predict`` gives back for a list of texts."""
+
+    probs: np.ndarray  # (texts, classes) class probabilities
+    num_words: int  # words of the texts (the first max_len of each, where the run cut them)
+    num_unknown: int  # of those, not in the vocabulary
+    empty: np.ndarray  # (texts,) bool: left with no word the model reads (label = its prior)
+
+    @property
+    def labels(self) -> np.ndarray:
+        """The most probable class of each text."""
+        return self.probs.argmax(-1)
+
+
+def predict(trained: TrainedClassifier, texts: Sequence[str], batch_size: int = 64) -> Predictions:
+    """The class probabilities of ``texts``, tokenised as the run's training text was; as
+    in training, a run with ``max_len`` sees (and counts) only the first ``max_len`` words
+    of each text."""
     clean = tc.get_dataset(trained.dataset).clean
     tokens = [clean(t).split()[:trained.max_len or None] for t in texts]
     index = trained.vocab.index
@@ -89,4 +109,5 @@ def predict(trained: TrainedClassifier, texts: Sequence[str],
     for b in tc.batches(ids, np.arange(len(ids), dtype=np.int32), batch_size):
         n = int(b["weights"].sum())
         result[b["labels"][:n]] = np.asarray(probs(trained.params, b))[:n]
-    return result, sum(len(s) for s in tokens), unknown
+    return Predictions(result, sum(len(s) for s in tokens), unknown,
+                       np.array([len(s) == 0 for s in ids], bool))
