@@ -640,6 +640,20 @@ def test_resume_on_another_vocabulary_refused(tmp_path):
     _tiny_run(tmp_path / "a", tmp_path / "w")
 
 
+def test_resume_on_another_training_split_refused(tmp_path):
+    """The same words in a training split of another length (the checkpoint and the
+    vocabulary fit) are refused on resume, as the language model does."""
+    _synthetic_trec(tmp_path / "a", n_train=40, n_test=8)
+    _tiny_run(tmp_path / "a", tmp_path / "w")
+    for name, times in (("train_5500.label", 2), ("TREC_10.label", 1)):
+        text = (tmp_path / "a" / "trec" / name).read_text(encoding="latin-1")
+        _write(f"{tmp_path}/b/trec/{name}", "\n".join([text] * times).encode("latin-1"))
+    with pytest.raises(UserError, match=r"trained on another training split \(5 steps per "
+                       r"epoch, this one gives 9\)"):
+        _tiny_run(tmp_path / "b", tmp_path / "w")
+    _tiny_run(tmp_path / "a", tmp_path / "w")
+
+
 def test_predict_keeps_the_runs_max_len(tmp_path):
     """--mode=predict cuts texts to the run's --max_len, as training and evaluation did."""
     from dense_rnn.train import classify_infer

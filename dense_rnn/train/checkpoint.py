@@ -346,6 +346,19 @@ def finished_because(early_stopped: bool, epoch: int, max_epochs: int, step: int
     return None
 
 
+def check_steps_per_epoch(workdir: str, progress: Any, steps_per_epoch: int) -> None:
+    """Refuses to resume a run (``progress``: its ``step_in_epoch`` and recorded
+    ``steps_per_epoch``, 0 where not recorded) on a training split of another length, then
+    records ``steps_per_epoch`` in ``progress``."""
+    if progress.step_in_epoch > steps_per_epoch or progress.steps_per_epoch not in (
+            0, steps_per_epoch):
+        raise UserError(f"{workdir} was trained on another training split "
+                        f"({progress.steps_per_epoch or 'more'} steps per epoch, this one "
+                        f"gives {steps_per_epoch}); pass the run's --data_dir or use a new "
+                        "--workdir")
+    progress.steps_per_epoch = steps_per_epoch
+
+
 def resume_line(workdir: str, step: int, epoch: int, position: str,
                 finished: str | None) -> str:
     """The line a run prints when it starts from its latest checkpoint: where training picks

@@ -206,6 +206,7 @@ class Progress:
     bad_epochs: int = 0
     wall_seconds: float = 0.0
     done: bool = False  # early-stopped
+    steps_per_epoch: int = 0  # of the training split the run started on (0: not recorded)
 
 
 def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: str,
@@ -234,6 +235,8 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
         state = parallel.put({"params": params, "opt_state": tx.init(params)},
                              parallel.replicated(mesh))
         state, progress = ckpt.resume(state, Progress())
+        steps_per_epoch = -(-len(data.ids["train"]) // c.batch_size)
+        checkpoint.check_steps_per_epoch(workdir, progress, steps_per_epoch)
         progress.done = checkpoint.early_stopped(progress.bad_epochs, c.early_stopping_patience)
         if ckpt.latest_step() is not None:
             log(checkpoint.resume_line(
@@ -243,7 +246,6 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
         n_embed = metrics.count_params(state["params"]["embed"])
         train_step, eval_step = make_steps(model, tx, c, mesh)
         writer = metrics.MetricsWriter(workdir, progress.global_step)
-        steps_per_epoch = -(-len(data.ids["train"]) // c.batch_size)
         wall_before = progress.wall_seconds
         live = sys.stdout.isatty()  # a live step counter on terminals only
         log(f"{title}: {n_total - n_embed:,} parameters + {n_embed:,} embedding, "

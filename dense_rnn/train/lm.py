@@ -225,13 +225,7 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
                  "opt_state": parallel.put(tx.init(params), replicated),
                  "carries": parallel.put(model.zero_carries(c.batch_size), batch_sharded)}
         state, progress = ckpt.resume(state, Progress())
-        if progress.step_in_epoch > steps_per_epoch or progress.steps_per_epoch not in (
-                0, steps_per_epoch):
-            raise UserError(f"{workdir} was trained on another training split "
-                            f"({progress.steps_per_epoch or 'more'} steps per epoch, this one "
-                            f"gives {steps_per_epoch}); pass the run's --data_dir or use a new "
-                            "--workdir")
-        progress.steps_per_epoch = steps_per_epoch
+        checkpoint.check_steps_per_epoch(workdir, progress, steps_per_epoch)
         progress.done = checkpoint.early_stopped(progress.bad_epochs, c.early_stopping_patience)
         finished = checkpoint.finished_because(progress.done, progress.epoch, c.max_epochs,
                                                progress.global_step, c.max_steps)
