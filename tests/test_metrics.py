@@ -83,6 +83,18 @@ def test_only_the_first_process_writes_the_records(tmp_path, monkeypatch):
     assert writer.records == [{"step": 1, "valid_ppl": 9.0}] and not os.listdir(tmp_path)
 
 
+def test_only_the_first_process_writes_the_summary_and_identity_or_locks(tmp_path, monkeypatch):
+    from dense_rnn.train import checkpoint, metrics
+
+    monkeypatch.setattr(jax, "process_index", lambda: 1)
+    metrics.write_json(str(tmp_path / "summary.json"), {"a": 1})
+    ckpt = checkpoint.Checkpointer(str(tmp_path / "w"), {"seed": 0})
+    ckpt._write_identity()  # what the first save does
+    ckpt.close()
+    assert not os.path.exists(tmp_path / "summary.json")
+    assert os.listdir(tmp_path / "w") == []  # (orbax makes its directories on save)
+
+
 def test_processes_writing_one_file_at_once_each_replace_it_whole(tmp_path):
     path = str(tmp_path / "summary.json")
 

@@ -173,8 +173,9 @@ class Checkpointer:
     def _write_identity(self) -> None:
         if self._identity_written:
             return
-        atomic_write(os.path.join(self.workdir, IDENTITY_FILE),
-                     json.dumps(self.identity, indent=1, sort_keys=True))
+        if jax.process_index() == 0:  # a multi-host run's hosts share the workdir
+            atomic_write(os.path.join(self.workdir, IDENTITY_FILE),
+                         json.dumps(self.identity, indent=1, sort_keys=True))
         self._identity_written = True
 
     def check_unchanged(self, path: str, load: Callable[[str], Any], current: Any,

@@ -224,7 +224,8 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
                              f"{workdir} holds a run trained on another vocabulary (its "
                              f"{tc.VOCAB_FILE} differs from this data's); use a new --workdir "
                              "or the run's original data")
-        data.vocab.save(vocab_path)
+        if jax.process_index() == 0:  # a multi-host run's hosts share the workdir
+            data.vocab.save(vocab_path)
         model = make_model(c, len(data.vocab.words), num_classes)
         params = init_params(model, jax.random.key(c.seed))
         if data.embeddings is not None:

@@ -206,7 +206,8 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
                              f"{workdir} was trained on another corpus (its {ptb.VOCAB_FILE} "
                              "differs from this --data_dir's vocabulary); pass the run's "
                              "--data_dir or use a new --workdir")
-        ptb.write_vocab(vocab_path, corpus.vocab)
+        if jax.process_index() == 0:  # a multi-host run's hosts share the workdir
+            ptb.write_vocab(vocab_path, corpus.vocab)
         model = make_model(c)
         mesh = parallel.make_mesh(c.num_devices)
         parallel.check_batch(c.batch_size, mesh)

@@ -50,8 +50,10 @@ def count_params(tree: Any) -> int:
 
 
 def write_json(path: str, obj: Any) -> None:
-    """Writes ``obj`` atomically (temporary file, then rename)."""
-    atomic_write(path, json.dumps(obj, indent=1, sort_keys=True))
+    """Writes ``obj`` atomically (temporary file, then rename); in a multi-host run, only
+    the first process writes (the hosts share the workdir)."""
+    if jax.process_index() == 0:
+        atomic_write(path, json.dumps(obj, indent=1, sort_keys=True))
 
 
 def not_finite_error(loss: float, where: str, workdir: str, good_step: int | None,
