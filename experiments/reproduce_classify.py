@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import glob
 import json
 import os
-import shutil
 import subprocess
 from collections.abc import Callable
 from types import ModuleType
@@ -167,22 +165,6 @@ def start(job: Job) -> subprocess.Popen | None:
                          os.path.join(FLAGS.root, job.name))
 
 
-def record(jobs: list[Job], dest: str) -> None:
-    """Copies each finished run's command, summary and per-epoch metrics (its own, and its
-    learning rates' and folds') to ``dest/RUN``."""
-    for job in jobs:
-        if runner.summary(FLAGS.root, job.name) is None:
-            continue
-        src = os.path.join(FLAGS.root, job.name)
-        for sub in ("", "lr_*", "fold_*", "lr_*/fold_*"):
-            for d in glob.glob(os.path.join(src, sub)):
-                out = os.path.join(dest, job.name, os.path.relpath(d, src))
-                os.makedirs(out, exist_ok=True)
-                for f in ("command.txt", "summary.json", "metrics.jsonl"):
-                    if os.path.exists(os.path.join(d, f)):
-                        shutil.copy2(os.path.join(d, f), os.path.join(out, f))
-
-
 def _family(name: str) -> ModuleType:
     return hm_densernn if name in hm_densernn.CONFIGS else dc_bilstm
 
@@ -283,7 +265,8 @@ def run() -> None:
         failed = runner.run_all(FLAGS.root, list(by_name), lambda name: start(by_name[name]),
                                 FLAGS.parallel, {j.name: j.lr_from for j in jobs if j.lr_from})
     if FLAGS.record:
-        record(jobs, FLAGS.record)
+        runner.record(FLAGS.root, [j.name for j in jobs], FLAGS.record,
+                      ("", "lr_*", "fold_*", "lr_*/fold_*"))
     table = report(jobs, SUITES[FLAGS.suite][0])
     if not FLAGS.report_only:
         with open(os.path.join(FLAGS.root, f"{FLAGS.suite}.md"), "w") as f:

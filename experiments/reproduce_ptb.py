@@ -9,6 +9,10 @@ going, each with a checkpoint, and waits for them; the same command resumes them
 
     python -m experiments.reproduce_ptb --root=workdirs/table1             # every row
     python -m experiments.reproduce_ptb --root=workdirs/table1 --report_only
+
+``--record=DIR`` copies each finished run's ``command.txt``, ``summary.json``,
+``metrics.jsonl`` and ``curves.png`` to ``DIR/CONFIG/``, where ``--report_only
+--root=DIR`` prints the table again.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ flags.DEFINE_multi_string("extra", [], runner.EXTRA_HELP)
 flags.DEFINE_bool("report_only", False, "Only print the table of the runs under --root.")
 flags.DEFINE_string("report", None, "Also write the table to this file (default after "
                     "running: ROOT/table1.md).")
+flags.DEFINE_string("record", None, "Copy every finished run's records (command, summary, "
+                    "metrics, curves) to DIR/CONFIG/, for experiments/results.")
 FLAGS = flags.FLAGS
 
 
@@ -74,6 +80,8 @@ def run() -> None:
     runner.check_parent("report", FLAGS.report)
     failed = [] if FLAGS.report_only else runner.run_all(FLAGS.root, FLAGS.configs, start,
                                                          FLAGS.parallel)
+    if FLAGS.record:
+        runner.record(FLAGS.root, FLAGS.configs, FLAGS.record)
     table = report(FLAGS.configs)
     path = FLAGS.report or (None if FLAGS.report_only else os.path.join(FLAGS.root, "table1.md"))
     if path:

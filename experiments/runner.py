@@ -7,10 +7,12 @@ interrupted (Ctrl-C, SIGTERM) stops its runs, each with a checkpoint, and waits 
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -243,6 +245,26 @@ def _restore_previous(workdir: str) -> bool:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(os.path.join(workdir, current))
     return True
+
+
+RECORDS = ("command.txt", "summary.json", "metrics.jsonl", "curves.png")
+
+
+def record(root: str, names: Sequence[str], dest: str, subdirs: Sequence[str] = ("",)) -> None:
+    """Copies the records (``RECORDS``: command, summary, per-epoch metrics, curves) of each
+    finished run of ``names`` under ``root``, and of its ``subdirs`` (glob patterns: a
+    sweep's rates, CV folds), to ``dest/NAME/``."""
+    for name in names:
+        if summary(root, name) is None:
+            continue
+        src = os.path.join(root, name)
+        for sub in subdirs:
+            for d in glob.glob(os.path.join(src, sub)):
+                out = os.path.join(dest, name, os.path.relpath(d, src))
+                os.makedirs(out, exist_ok=True)
+                for f in RECORDS:
+                    if os.path.exists(os.path.join(d, f)):
+                        shutil.copy2(os.path.join(d, f), os.path.join(out, f))
 
 
 def check_all_finished(failed: Sequence[str], root: str) -> None:

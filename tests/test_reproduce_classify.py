@@ -139,7 +139,7 @@ def test_report_pools_runs_and_records(parsed, tmp_path):
     assert ("| bilstm | sst2 | 1,440,000 | 840,000 | 843,602 | 2 of 3 | 82.0 ± 2.8 | 80.0 | 87.5 |"
             in table)
     assert "| 2 of 3 | 82.0 ± 2.8 | 80.0 | 87.2 |" in rc.report(jobs, 3)  # Table 3's own
-    rc.record(jobs, str(tmp_path / "rec"))
+    runner.record(parsed.root, [j.name for j in jobs], str(tmp_path / "rec"))
     assert sorted(os.listdir(tmp_path / "rec" / jobs[0].name)) == [
         "command.txt", "metrics.jsonl", "summary.json"]
     rc.plot(jobs, str(tmp_path / "curves.png"))

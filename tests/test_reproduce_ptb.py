@@ -51,6 +51,14 @@ def test_report_only_prints_the_finished_runs_and_writes_nothing(tmp_path):
             "| 10.0 min | cpu |") in r.stdout
     assert "| zaremba_medium | | 20M | not run |" in r.stdout
     assert os.listdir(tmp_path) == ["zaremba_small"]
+    (tmp_path / "zaremba_small" / "command.txt").write_text("python -m experiments.ptb_lm\n")
+    rec = tmp_path.parent / f"{tmp_path.name}_rec"
+    r2 = reproduce("--report_only", f"--root={tmp_path}", "--configs=zaremba_small,zaremba_medium",
+                   f"--record={rec}")
+    assert sorted(os.listdir(rec / "zaremba_small")) == ["command.txt", "summary.json"]
+    assert os.listdir(rec) == ["zaremba_small"]  # runs that have not finished: nothing
+    again = reproduce("--report_only", f"--root={rec}", "--configs=zaremba_small,zaremba_medium")
+    assert again.stdout == r2.stdout == r.stdout
 
 
 def test_runs_record_a_runnable_command_line(tmp_path):
