@@ -175,6 +175,9 @@ def run() -> None:
         predict(FLAGS.workdir or os.path.join("workdirs", f"{FLAGS.config}_{FLAGS.dataset}"))
         return
     refuse_given(["text_file"], FLAGS, "--mode=train trains on --dataset")
+    if not FLAGS.embeddings:
+        refuse_given(["oov"], FLAGS, "without --embeddings every word is learnt (none lacks a "
+                     "pretrained vector)")
     config, family = resolve_config()
     from dense_rnn.data.text_classification import get_dataset
     from dense_rnn.train import classify

@@ -40,7 +40,11 @@ def test_ag_bad_row(tmp_path):
     (tmp_path / "ag_news").mkdir()
     for split in ("train", "test"):
         (tmp_path / "ag_news" / f"{split}.csv").write_text('"5","t","d"\n')
-    with pytest.raises(UserError, match="row 1"):
+    with pytest.raises(UserError, match="row 1") as e:
+        hm_datasets.load_ag(str(tmp_path))
+    assert "header" not in str(e.value)
+    (tmp_path / "ag_news" / "train.csv").write_text('"Class Index","Title","Description"\n')
+    with pytest.raises(UserError, match=r"row 1 .*; a header\? remove it \(AG News files "):
         hm_datasets.load_ag(str(tmp_path))
 
 

@@ -88,8 +88,10 @@ def read_ag_csv(path: str) -> tuple[list[str], list[int]]:
         with open(path, encoding="utf-8", newline="") as f:
             for n, row in enumerate(csv.reader(f), 1):
                 if len(row) != 3 or row[0] not in ("1", "2", "3", "4"):
+                    header = n == 1 and len(row) == 3 and not row[0].strip().isdigit()
                     raise UserError(f"{path}: row {n} is not \"class(1-4)\",\"title\","
-                                    f"\"description\": {str(row)[:60]}")
+                                    f"\"description\": {str(row)[:60]}"
+                                    + "; a header? remove it (AG News files have none)" * header)
                 texts.append(f"{row[1]} {row[2]}".replace("\\n", " ").replace("\\", " "))
                 labels.append(int(row[0]) - 1)
     except UnicodeDecodeError as e:
