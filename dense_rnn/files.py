@@ -1,10 +1,21 @@
 """File helpers: atomic writes (a killed process leaves the old file or the new one, never
-half), and what is wrong with a path."""
+half), a directory's lock, and what is wrong with a path."""
 
 from __future__ import annotations
 
+import errno
 import os
+import socket
 import uuid
+
+from dense_rnn.errors import UserError
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock, no lock
+    fcntl = None
+
+LOCK_FILE = "run.lock"
 
 
 def atomic_write(path: str, text: str) -> None:
@@ -22,6 +33,37 @@ def atomic_write(path: str, text: str) -> None:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+
+
+def lock(directory: str) -> int | None:
+    """Takes ``directory``'s lock (an exclusive ``flock`` on its ``run.lock``, released when
+    the descriptor it returns is closed or the process ends, however it ends); None where
+    the file system (or the OS) has no locks. A lock held by another process, or a
+    directory that cannot hold the lock file, is a ``UserError``."""
+    if fcntl is None:
+        return None
+    path = os.path.join(directory, LOCK_FILE)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise UserError(f"cannot lock {directory}: {e.strerror}; use a writable "
+                        "--workdir") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EACCES):  # no locks here (ENOLCK, ...)
+                os.close(fd)
+                return None
+            holder = os.read(fd, 200).decode(errors="replace").strip() or "?"
+            raise UserError(f"{directory} is in use by another run (process {holder}); wait "
+                            "for it to finish, or use another --workdir") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{socket.gethostname()}:{os.getpid()}\n".encode())
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def not_a(path: str, directory: bool = False) -> str:

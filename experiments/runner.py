@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import NoReturn
 
+from dense_rnn import files
 from dense_rnn.errors import UserError
 
 RECORDED_ENV = ("XLA_FLAGS",)  # environment that changes a run, written into command.txt
@@ -90,6 +91,9 @@ def launch(module: str, args: Sequence[str], workdir: str) -> subprocess.Popen |
     until the new run writes its own; ``run_all`` puts both back if the new run fails or is
     stopped."""
     os.makedirs(workdir, exist_ok=True)
+    fd = files.lock(workdir)  # a run going there (another driver's) fails this one untouched
+    if fd is not None:
+        os.close(fd)
     cmd = [sys.executable, "-m", module, *args, f"--workdir={workdir}"]
     line = command_line(cmd) + "\n"
     done, recorded = os.path.join(workdir, "summary.json"), os.path.join(workdir, "command.txt")
@@ -254,6 +258,8 @@ def record(root: str, names: Sequence[str], dest: str, subdirs: Sequence[str] = 
     """Copies the records (``RECORDS``: command, summary, per-epoch metrics, curves) of each
     finished run of ``names`` under ``root``, and of its ``subdirs`` (glob patterns: a
     sweep's rates, CV folds), to ``dest/NAME/``."""
+    if os.path.abspath(dest) == os.path.abspath(root):
+        raise UserError(f"--record={dest} is --root itself; give another directory")
     for name in names:
         if summary(root, name) is None:
             continue

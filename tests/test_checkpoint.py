@@ -3,10 +3,12 @@
 import dataclasses
 import os
 import shutil
+import socket
 
 import numpy as np
 import pytest
 
+from dense_rnn import files
 from dense_rnn.errors import UserError
 from dense_rnn.train import checkpoint
 
@@ -39,8 +41,9 @@ def test_one_run_at_a_time_trains_in_a_workdir(tmp_path):
     ckpt = checkpoint.Checkpointer(str(tmp_path), {})
     ckpt.save_best(1, {"w": np.ones(3, np.float32)}, {"dev": 0.1})
     ckpt.wait()
-    with pytest.raises(UserError, match=rf"workdir {tmp_path} is in use by another run "
-                       rf"\(process {os.getpid()}\); wait for it to finish, or use another"):
+    with pytest.raises(UserError, match=rf"^{tmp_path} is in use by another run \(process "
+                       rf"{socket.gethostname()}:{os.getpid()}\); wait for it to finish, or "
+                       "use another --workdir$"):
         checkpoint.Checkpointer(str(tmp_path), {})
     like = {"w": np.zeros(3, np.float32)}
     np.testing.assert_array_equal(checkpoint.load_best(str(tmp_path), {}, like, "")["w"], 1)
@@ -172,7 +175,7 @@ def test_loading_the_best_parameters_writes_nothing_in_the_workdir(tmp_path):
     with checkpoint.Checkpointer(str(tmp_path), {"name": "x"}) as ckpt:
         ckpt.save_best(3, {"w": np.ones(3, np.float32)}, {"dev": 0.5})
     shutil.rmtree(tmp_path / "checkpoints")
-    os.remove(tmp_path / checkpoint.LOCK_FILE)
+    os.remove(tmp_path / files.LOCK_FILE)
     params = checkpoint.load_best(str(tmp_path), {"name": "x"}, {"w": np.zeros(3, np.float32)},
                                   "after the first epoch")
     np.testing.assert_array_equal(params["w"], np.ones(3))

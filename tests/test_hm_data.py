@@ -48,6 +48,20 @@ def test_ag_bad_row(tmp_path):
         hm_datasets.load_ag(str(tmp_path))
 
 
+def test_a_byte_order_mark_is_skipped(tmp_path):
+    """Files saved with a UTF-8 BOM read as without one, whatever their encoding."""
+    from dense_rnn.data import text_classification as tc
+
+    (tmp_path / "ag_news").mkdir()
+    for split in ("train", "test"):
+        (tmp_path / "ag_news" / f"{split}.csv").write_bytes(b'\xef\xbb\xbf"3","t","d"\n')
+    assert hm_datasets.read_ag_csv(str(tmp_path / "ag_news" / "test.csv"))[1] == [2]
+    (tmp_path / "trec").mkdir()
+    for name in ("train_5500.label", "TREC_10.label"):  # Latin-1 files
+        (tmp_path / "trec" / name).write_bytes(b"\xef\xbb\xbfHUM:ind who is it ?\n")
+    assert tc.load_trec(str(tmp_path))["test"]["label"] == [3]
+
+
 def test_ag_not_utf8(tmp_path):
     (tmp_path / "ag_news").mkdir()
     for split in ("train", "test"):

@@ -139,9 +139,13 @@ def test_report_pools_runs_and_records(parsed, tmp_path):
     assert ("| bilstm | sst2 | 1,440,000 | 840,000 | 843,602 | 2 of 3 | 82.0 ± 2.8 | 80.0 | 87.5 |"
             in table)
     assert "| 2 of 3 | 82.0 ± 2.8 | 80.0 | 87.2 |" in rc.report(jobs, 3)  # Table 3's own
-    runner.record(parsed.root, [j.name for j in jobs], str(tmp_path / "rec"))
+    (tmp_path / "runs" / jobs[0].name / "fold_3").mkdir()  # as the driver's own call copies
+    (tmp_path / "runs" / jobs[0].name / "fold_3" / "curves.png").write_bytes(b"png")
+    runner.record(parsed.root, [j.name for j in jobs], str(tmp_path / "rec"),
+                  ("", "lr_*", "fold_*", "lr_*/fold_*"))
     assert sorted(os.listdir(tmp_path / "rec" / jobs[0].name)) == [
-        "command.txt", "metrics.jsonl", "summary.json"]
+        "command.txt", "fold_3", "metrics.jsonl", "summary.json"]
+    assert os.listdir(tmp_path / "rec" / jobs[0].name / "fold_3") == ["curves.png"]
     rc.plot(jobs, str(tmp_path / "curves.png"))
     assert os.path.getsize(tmp_path / "curves.png") > 0
 
@@ -282,6 +286,31 @@ def test_a_finished_run_is_launched_again_only_under_another_command(tmp_path, m
     assert (workdir / "summary.previous.json").read_text() == '{"epochs": 5}'
 
 
+def test_a_run_going_in_a_workdir_fails_its_launch_and_keeps_its_records(tmp_path, monkeypatch):
+    """Another driver's run training in the workdir: this launch touches nothing there."""
+    from dense_rnn import files
+
+    monkeypatch.setattr(runner.subprocess, "Popen", lambda cmd, **kw: pytest.fail("launched"))
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    (workdir / "summary.json").write_text('{"epochs": 5}')
+    (workdir / "command.txt").write_text("python -m experiments.ptb_lm --config=tiny\n")
+    fd = files.lock(str(workdir))
+    try:
+        failed = runner.run_all(str(tmp_path), ["run"], lambda name: runner.launch(
+            "experiments.ptb_lm", ["--config=tiny", "--max_epochs=9"], str(workdir)), 1)
+    finally:
+        os.close(fd)
+    assert len(failed) == 1 and "is in use by another run" in failed[0]
+    assert (workdir / "command.txt").read_text() == "python -m experiments.ptb_lm --config=tiny\n"
+    assert sorted(os.listdir(workdir)) == ["command.txt", "run.lock", "summary.json"]
+
+
+def test_record_refuses_to_copy_the_runs_onto_themselves(tmp_path):
+    with pytest.raises(UserError, match="--record=.* is --root itself; give another directory"):
+        runner.record(str(tmp_path), ["a"], str(tmp_path) + "/")
+
+
 @pytest.fixture
 def finished_run_whose_relaunch_fails(tmp_path, monkeypatch):
     """A workdir holding a finished run's summary; every launched binary exits 2 with a
@@ -330,7 +359,7 @@ def test_a_failed_relaunch_of_a_run_without_a_recorded_command_is_not_finished_l
     workdir = finished_run_whose_relaunch_fails
     relaunch = lambda name: runner.launch("experiments.ptb_lm", ["--config=tiny"], str(workdir))  # noqa: E731
     assert runner.run_all(str(tmp_path), ["tiny"], relaunch, 1) == ["tiny (exit 2)"]
-    assert sorted(os.listdir(workdir)) == ["summary.json", "train.log"]
+    assert sorted(os.listdir(workdir)) == ["run.lock", "summary.json", "train.log"]
     assert relaunch("tiny") is not None
 
 

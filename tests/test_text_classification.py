@@ -581,9 +581,23 @@ def test_single_and_cv_runs_never_share_a_workdir(tmp_path):
         with pytest.raises(UserError, match=r"^workdir \S*mr_w holds a run of another config "
                            rf"in fold_0/ \(dataset: 'mr' -> '{dataset}'\); use a new --workdir"):
             _tiny_run(tmp_path, mr, dataset=dataset, folds=folds)
-    assert sorted(os.listdir(mr)) == ["fold_0", "summary.json"]
+    assert sorted(os.listdir(mr)) == ["fold_0", "run.lock", "summary.json"]
     assert (mr / "summary.json").read_text() == summary
     _tiny_run(tmp_path, mr, dataset="mr", folds=[0])  # finished: reports again
+
+
+def test_a_cv_run_holds_its_workdir_while_its_folds_train(tmp_path):
+    from dense_rnn import files
+
+    _synthetic_polarity(tmp_path, "mr")
+    (tmp_path / "w").mkdir()
+    fd = files.lock(str(tmp_path / "w"))
+    try:
+        with pytest.raises(UserError, match=r"w is in use by another run \(process "):
+            _tiny_run(tmp_path, tmp_path / "w", dataset="mr", folds=[0])
+    finally:
+        os.close(fd)
+    assert os.listdir(tmp_path / "w") == ["run.lock"]
 
 
 def test_sweeps_and_single_runs_never_share_a_workdir(tmp_path):

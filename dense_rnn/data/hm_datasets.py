@@ -85,7 +85,7 @@ def read_ag_csv(path: str) -> tuple[list[str], list[int]]:
     """``(title + " " + description, class - 1)`` of every row of an AG News csv file."""
     texts, labels = [], []
     try:
-        with open(path, encoding="utf-8", newline="") as f:
+        with open(path, encoding="utf-8-sig", newline="") as f:  # (a BOM is skipped)
             for n, row in enumerate(csv.reader(f), 1):
                 if len(row) != 3 or row[0] not in ("1", "2", "3", "4"):
                     header = n == 1 and len(row) == 3 and not row[0].strip().isdigit()

@@ -92,7 +92,8 @@ def read_lines(path: str, encoding: str, what: str = "data file",
     if "\x00" in text:  # every byte is valid Latin-1 or cp1252, but text has no NULs
         raise UserError(f"{path} contains NUL characters (UTF-16 or binary?); re-save it as "
                         f"{encoding} text")
-    text = text.removeprefix("\ufeff")  # a UTF-8 byte-order mark (Latin-1 reads it as ï»¿)
+    text = text.removeprefix("\ufeff").removeprefix("ï»¿")  # a UTF-8 byte-order mark, as
+    # UTF-8 and as Latin-1 or cp1252 read it
     # split("\n"), not splitlines(): that also splits at \x85 etc.
     lines = [(n, ln) for n, ln in enumerate(text.split("\n"), 1) if ln.strip()]
     if not lines:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
-import fcntl
 import json
 import os
 import signal
@@ -26,6 +24,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from dense_rnn import files
 from dense_rnn.errors import UserError
 from dense_rnn.files import atomic_write
 
@@ -68,31 +67,44 @@ def _manager(path: str, max_to_keep: int, create: bool = True) -> ocp.Checkpoint
 
 
 IDENTITY_FILE = "run_identity.json"
-LOCK_FILE = "run.lock"
 
 
 def _lock(workdir: str) -> int | None:
-    """Takes ``workdir``'s lock (an exclusive ``flock`` on ``run.lock``, released when the
-    process ends, however it ends) and returns its file descriptor; None on a file system
-    without locks, and on the hosts of a multi-host run other than the first. A workdir
-    locked by another run is a ``UserError`` naming that run's process."""
-    if jax.process_index() != 0:
-        return None
-    path = os.path.join(workdir, LOCK_FILE)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        if e.errno not in (errno.EWOULDBLOCK, errno.EACCES):  # no locks here (ENOLCK, ...)
+    """Takes ``workdir``'s lock (``files.lock``) on the first process; the hosts of a
+    multi-host run learn from it whether it could, and all raise or none does."""
+    fd, error = None, None
+    if jax.process_index() == 0:
+        try:
+            fd = files.lock(workdir)
+        except UserError as e:
+            error = e
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        if multihost_utils.broadcast_one_to_all(np.int32(error is not None)) and error is None:
+            error = UserError(f"{workdir} is in use by another run, or cannot be locked (the "
+                              "first host's error says which)")
+    if error is not None:
+        if fd is not None:
             os.close(fd)
-            return None
-        holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
-        os.close(fd)
-        raise UserError(f"workdir {workdir} is in use by another run (process {holder}); "
-                        "wait for it to finish, or use another --workdir") from None
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
+        raise error
     return fd
+
+
+@contextlib.contextmanager
+def locked(workdir: str) -> Iterator[None]:
+    """Holds ``workdir``'s lock (``_lock``) over the block: for a run that trains in its
+    subdirectories (CV folds, a sweep's rates) and writes its summary in ``workdir``."""
+    try:
+        os.makedirs(workdir, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot use --workdir={workdir}: {e.strerror}") from None
+    fd = _lock(workdir)
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def read_identity(workdir: str) -> dict[str, Any] | None:
@@ -355,8 +367,8 @@ def check_steps_per_epoch(workdir: str, progress: Any, steps_per_epoch: int) -> 
             0, steps_per_epoch):
         raise UserError(f"{workdir} was trained on another training split "
                         f"({progress.steps_per_epoch or 'more'} steps per epoch, this one "
-                        f"gives {steps_per_epoch}); pass the run's --data_dir or use a new "
-                        "--workdir")
+                        f"gives {steps_per_epoch}); pass the run's data (its --data_dir or "
+                        "--hf_dataset) or use a new --workdir")
     progress.steps_per_epoch = steps_per_epoch
 
 

@@ -16,6 +16,7 @@ Config families: every module in ``FAMILIES`` (``dense_rnn/configs/families.py``
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -36,7 +37,7 @@ import optax
 from flax import traverse_util
 from jax.sharding import Mesh
 
-from dense_rnn import parallel, precision
+from dense_rnn import files, parallel, precision
 from dense_rnn.configs.classifier import ClassifierConfig
 from dense_rnn.configs.families import all_configs as all_configs
 from dense_rnn.configs.families import get_config as get_config
@@ -370,7 +371,7 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
     standard ones are warned about when the run starts (an empty or new ``workdir``), unless
     ``check_sizes`` is False (a deliberate excerpt)."""
     wall_start = time.time()
-    starts = not os.path.isdir(workdir) or not os.listdir(workdir)
+    starts = not os.path.isdir(workdir) or not set(os.listdir(workdir)) - {files.LOCK_FILE}
     if select not in SELECTIONS:
         raise UserError(f"unknown --select={select!r}; use dev or test")
     spec = tc.get_dataset(dataset)
@@ -412,44 +413,47 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
                  "oov": oov} | ({"max_len": max_len} if max_len else {}) | (
                      {"hf_dataset": hf_dataset} if hf_dataset else {})
     check_workdir(workdir, identity, cv=bool(spec.num_folds))
-    records = {}
-    for fold in fold_ids:
-        splits = tc.make_splits(spec, raw, fold)
-        data = encode(splits, vectors, oov, c.seed)
-        sub = os.path.join(workdir, f"fold_{fold}") if spec.num_folds else workdir
-        title = f"{c.name} {dataset}" + (f" fold {fold}" if spec.num_folds else "")
-        records[fold] = train_split(c, data, spec.num_classes, sub, identity | {"fold": fold},
-                                    log, title, should_stop)
-    key = "test_accuracy_at_best_dev" if select == "dev" else "best_test_accuracy"
-    if select == "dev":  # the paper's protocol appears only when asked for
-        records = {f: {k: v for k, v in r.items() if not k.startswith("best_test")}
-                   for f, r in records.items()}
-    tests = [r[key] for r in records.values()]
-    devs = [r["dev_accuracy"] for r in records.values()]
-    first = next(iter(records.values()))
-    summary = {
-        "config": c.to_dict(), "dataset": dataset, "hf_dataset": hf_dataset,
-        "embeddings": embeddings, "oov": oov,
-        "max_len": max_len or None,
-        "selection": SELECTIONS[select],
-        "num_params_paper": int(family.paper_param_count(c)),
-        "num_params": first["num_params"], "num_params_embedding": first["num_params_embedding"],
-        "dev_accuracy": float(np.mean(devs)), "test_accuracy": float(np.mean(tests)),
-        "device": metrics.device_description(), "versions": metrics.versions(),
-        "wall_seconds": sum(r["wall_seconds"] for r in records.values()),
-        "session_wall_seconds": time.time() - wall_start, "paper": c.paper,
-    }
-    if spec.num_folds:
-        summary |= {"folds": {str(f): r for f, r in records.items()},
-                    "fold_test_accuracies": tests, "test_accuracy_std": float(np.std(tests)),
-                    "num_folds_run": len(tests), "num_folds": spec.num_folds}
-    else:
-        summary |= first
-        summary["test_accuracy"] = tests[0]
-    metrics.write_json(os.path.join(workdir, "summary.json"), summary)
-    log(f"{c.name} {dataset}: test accuracy {summary['test_accuracy']:.4f} "
-        f"({SELECTIONS[select]}), dev accuracy {summary['dev_accuracy']:.4f}")
-    return summary
+    # a CV run trains in fold_K/ (each locked there) and writes its summary here
+    with checkpoint.locked(workdir) if spec.num_folds else contextlib.nullcontext():
+        records = {}
+        for fold in fold_ids:
+            splits = tc.make_splits(spec, raw, fold)
+            data = encode(splits, vectors, oov, c.seed)
+            sub = os.path.join(workdir, f"fold_{fold}") if spec.num_folds else workdir
+            title = f"{c.name} {dataset}" + (f" fold {fold}" if spec.num_folds else "")
+            records[fold] = train_split(c, data, spec.num_classes, sub, identity | {"fold": fold},
+                                        log, title, should_stop)
+        key = "test_accuracy_at_best_dev" if select == "dev" else "best_test_accuracy"
+        if select == "dev":  # the paper's protocol appears only when asked for
+            records = {f: {k: v for k, v in r.items() if not k.startswith("best_test")}
+                       for f, r in records.items()}
+        tests = [r[key] for r in records.values()]
+        devs = [r["dev_accuracy"] for r in records.values()]
+        first = next(iter(records.values()))
+        summary = {
+            "config": c.to_dict(), "dataset": dataset, "hf_dataset": hf_dataset,
+            "embeddings": embeddings, "oov": oov,
+            "max_len": max_len or None,
+            "selection": SELECTIONS[select],
+            "num_params_paper": int(family.paper_param_count(c)),
+            "num_params": first["num_params"],
+            "num_params_embedding": first["num_params_embedding"],
+            "dev_accuracy": float(np.mean(devs)), "test_accuracy": float(np.mean(tests)),
+            "device": metrics.device_description(), "versions": metrics.versions(),
+            "wall_seconds": sum(r["wall_seconds"] for r in records.values()),
+            "session_wall_seconds": time.time() - wall_start, "paper": c.paper,
+        }
+        if spec.num_folds:
+            summary |= {"folds": {str(f): r for f, r in records.items()},
+                        "fold_test_accuracies": tests, "test_accuracy_std": float(np.std(tests)),
+                        "num_folds_run": len(tests), "num_folds": spec.num_folds}
+        else:
+            summary |= first
+            summary["test_accuracy"] = tests[0]
+        metrics.write_json(os.path.join(workdir, "summary.json"), summary)
+        log(f"{c.name} {dataset}: test accuracy {summary['test_accuracy']:.4f} "
+            f"({SELECTIONS[select]}), dev accuracy {summary['dev_accuracy']:.4f}")
+        return summary
 
 
 def run_lr_sweep(c: ClassifierConfig, rates: list[float], workdir: str,
@@ -464,17 +468,19 @@ def run_lr_sweep(c: ClassifierConfig, rates: list[float], workdir: str,
         raise UserError(f"workdir {workdir} holds a run without --lr_sweep; use a new "
                         "--workdir for the sweep")
     runs = {}
-    for lr in rates:
-        sub = os.path.join(workdir, f"lr_{lr:g}")
-        runs[lr] = run(dataclasses.replace(c, learning_rate=lr), workdir=sub, log=log, **kwargs)
-    best = max(rates, key=lambda r: runs[r]["dev_accuracy"])
-    summary = runs[best] | {
-        "learning_rate_chosen": best, "chosen_on": "dev accuracy",
-        "lr_sweep": {f"{r:g}": {k: runs[r][k] for k in ("dev_accuracy", "test_accuracy",
-                                                         "wall_seconds")} for r in rates},
-        "wall_seconds": sum(r["wall_seconds"] for r in runs.values()),
-    }
-    metrics.write_json(os.path.join(workdir, "summary.json"), summary)
+    with checkpoint.locked(workdir):  # each rate's run also locks its own lr_RATE/
+        for lr in rates:
+            sub = os.path.join(workdir, f"lr_{lr:g}")
+            runs[lr] = run(dataclasses.replace(c, learning_rate=lr), workdir=sub, log=log,
+                           **kwargs)
+        best = max(rates, key=lambda r: runs[r]["dev_accuracy"])
+        summary = runs[best] | {
+            "learning_rate_chosen": best, "chosen_on": "dev accuracy",
+            "lr_sweep": {f"{r:g}": {k: runs[r][k] for k in ("dev_accuracy", "test_accuracy",
+                                                             "wall_seconds")} for r in rates},
+            "wall_seconds": sum(r["wall_seconds"] for r in runs.values()),
+        }
+        metrics.write_json(os.path.join(workdir, "summary.json"), summary)
     log(f"{c.name}: learning rate {best:g} chosen on dev ({runs[best]['dev_accuracy']:.4f}); "
         f"test accuracy {runs[best]['test_accuracy']:.4f}")
     return summary
