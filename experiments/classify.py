@@ -170,8 +170,9 @@ def predict(workdir: str) -> None:
 def run() -> None:
     """Trains ``--config`` on ``--dataset`` (or classifies ``--text_file`` with a trained run)."""
     if FLAGS.mode == "predict":
-        refuse_given(TRAIN_ONLY + OVERRIDES + MODEL_ARG_FLAGS, FLAGS, "--mode=predict reads "
-                     "the trained run's config and vocabulary from --workdir")
+        refuse_given(TRAIN_ONLY + OVERRIDES + MODEL_ARG_FLAGS
+                     + ["config", "dataset"] * bool(FLAGS.workdir), FLAGS, "--mode=predict "
+                     "reads the trained run's config and vocabulary from --workdir")
         predict(FLAGS.workdir or os.path.join("workdirs", f"{FLAGS.config}_{FLAGS.dataset}"))
         return
     refuse_given(["text_file"], FLAGS, "--mode=train trains on --dataset")

@@ -103,6 +103,7 @@ def check_mode_flags() -> None:
         refuse_given(others, FLAGS, "--mode=train trains")
     else:
         ignored = TRAIN_ONLY + [n for n in OVERRIDES if n != "seed" or FLAGS.mode != "sample"]
+        ignored += ["config"] * bool(FLAGS.workdir)  # (it names the default workdir)
         refuse_given(ignored + others, FLAGS, f"--mode={FLAGS.mode} {MODE_DOES[FLAGS.mode]} "
                      "the trained run in --workdir, as it was configured")
 

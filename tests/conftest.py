@@ -37,5 +37,11 @@ def x64():
     """Float64 JAX inside one test, for comparisons with float64 NumPy references."""
     import jax
 
-    with jax.enable_x64(True):
+    if hasattr(jax, "enable_x64"):
+        context = jax.enable_x64(True)
+    else:  # jax < 0.8
+        from jax.experimental import enable_x64 as context_manager
+
+        context = context_manager()
+    with context:
         yield
