@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -235,7 +236,9 @@ class Checkpointer:
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
         args = {item: ocp.args.StandardRestore(abstract), "meta": ocp.args.JsonRestore()}
         try:
-            out = manager.restore(step, args=ocp.args.Composite(**args))
+            with warnings.catch_warnings():  # orbax < 0.12, on restoring without shardings
+                warnings.filterwarnings("ignore", "Sharding info not provided", UserWarning)
+                out = manager.restore(step, args=ocp.args.Composite(**args))
         except Exception as e:  # orbax raises bare Exceptions for damaged files
             why = f"{type(e).__name__}: {str(e).splitlines()[0][:100]}" if str(e) else (
                 type(e).__name__)
