@@ -71,8 +71,13 @@ IDENTITY_FILE = "run_identity.json"
 
 
 def _lock(workdir: str) -> int | None:
-    """Takes ``workdir``'s lock (``files.lock``) on the first process; the hosts of a
-    multi-host run learn from it whether it could, and all raise or none does."""
+    """Creates ``workdir`` if need be and takes its lock (``files.lock``) on the first
+    process; the hosts of a multi-host run learn from it whether it could, and all raise or
+    none does."""
+    try:
+        os.makedirs(workdir, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot use --workdir={workdir}: {e.strerror}") from None
     fd, error = None, None
     if jax.process_index() == 0:
         try:
@@ -96,10 +101,6 @@ def _lock(workdir: str) -> int | None:
 def locked(workdir: str) -> Iterator[None]:
     """Holds ``workdir``'s lock (``_lock``) over the block: for a run that trains in its
     subdirectories (CV folds, a sweep's rates) and writes its summary in ``workdir``."""
-    try:
-        os.makedirs(workdir, exist_ok=True)
-    except OSError as e:
-        raise UserError(f"cannot use --workdir={workdir}: {e.strerror}") from None
     fd = _lock(workdir)
     try:
         yield
@@ -160,12 +161,7 @@ class Checkpointer:
         self.workdir = workdir
         self.identity = json.loads(json.dumps(identity))  # as stored: tuples become lists
         self.descriptive = descriptive
-        try:
-            if not read_only:
-                os.makedirs(workdir, exist_ok=True)
-            self._lock_fd = None if read_only else _lock(workdir)
-        except OSError as e:
-            raise UserError(f"cannot use --workdir={workdir}: {e.strerror}") from None
+        self._lock_fd = None if read_only else _lock(workdir)
         try:
             stored = read_identity(workdir)
             if stored is not None:
