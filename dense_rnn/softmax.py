@@ -83,23 +83,21 @@ def softmax_cross_entropy(x: Array, kernel: Array, bias: Array, targets: Array) 
 
 def _fwd(
     x: Array, kernel: Array, bias: Array, targets: Array
-) -> tuple[Array, tuple[Array, Array, Array, Array, Array]]:
+) -> tuple[Array, tuple[Array, Array, Array, Array, Array, Array]]:
     x2 = x.reshape(-1, x.shape[-1])
     nll, e, inv_total = _nll(precision.matmul(x2, kernel), bias, targets.reshape(-1))
-    # an empty array carries the bias's dtype, which its gradient must have
-    return nll.reshape(targets.shape), (x2, kernel, e, inv_total, targets,
-                                        jnp.empty((0,), bias.dtype))
+    return nll.reshape(targets.shape), (x2, kernel, e, inv_total, targets, bias)
 
 
 def _bwd(
     residuals: tuple[Array, Array, Array, Array, Array, Array], g: Array
 ) -> tuple[Array, Array, Array, None]:
-    x2, kernel, e, inv_total, targets, bias_dtype = residuals
+    x2, kernel, e, inv_total, targets, bias = residuals
     onehot = jnp.arange(e.shape[-1]) == targets.reshape(-1, 1)
     d = ((e * inv_total[:, None] - onehot) * g.reshape(-1, 1)).astype(x2.dtype)
     dx = precision.matmul_nt(d, kernel).astype(x2.dtype).reshape(*targets.shape, x2.shape[-1])
     dw, db = precision.matmul_tn_colsum(x2, d)
-    return dx, dw.astype(kernel.dtype), db.astype(bias_dtype.dtype), None
+    return dx, dw.astype(kernel.dtype), db.astype(bias.dtype), None
 
 
 softmax_cross_entropy.defvjp(_fwd, _bwd)

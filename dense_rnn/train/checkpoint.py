@@ -161,7 +161,9 @@ class Checkpointer:
         self.workdir = workdir
         self.identity = json.loads(json.dumps(identity))  # as stored: tuples become lists
         self.descriptive = descriptive
-        self._lock_fd = None if read_only else _lock(workdir)
+        self._held = contextlib.ExitStack()  # the workdir's lock, until close
+        if not read_only:
+            self._held.enter_context(locked(workdir))
         try:
             stored = read_identity(workdir)
             if stored is not None:
@@ -171,7 +173,7 @@ class Checkpointer:
                                     not read_only)
             self._best = _manager(os.path.join(workdir, "best"), 1, not read_only)
         except BaseException:
-            self._unlock()
+            self._held.close()
             raise
 
     def _check_identity(self, stored: dict[str, Any]) -> None:
@@ -187,13 +189,16 @@ class Checkpointer:
                          json.dumps(self.identity, indent=1, sort_keys=True))
         self._identity_written = True
 
-    def check_unchanged(self, path: str, load: Callable[[str], Any], current: Any,
-                        problem: str) -> None:
-        """Refuses to resume on other data: when the workdir holds a checkpoint and the file
-        at ``path`` (as ``load`` reads it) differs from ``current``, raises
-        ``UserError(problem)``."""
+    def keep_data_file(self, path: str, load: Callable[[str], Any], save: Callable[[str], None],
+                       current: Any, problem: str) -> None:
+        """Keeps the run's data description ``current`` (a vocabulary) at ``path``, written by
+        ``save`` on the first process, after refusing to resume on other data: when the
+        workdir holds a checkpoint and the file (as ``load`` reads it) differs from
+        ``current``, raises ``UserError(problem)``."""
         if self.latest_step() is not None and os.path.isfile(path) and load(path) != current:
             raise UserError(problem)
+        if jax.process_index() == 0:  # a multi-host run's hosts share the workdir
+            save(path)
 
     def latest_step(self) -> int | None:
         """The step of the latest checkpoint, or None before the first."""
@@ -318,18 +323,13 @@ class Checkpointer:
         self._latest.wait_until_finished()
         self._best.wait_until_finished()
 
-    def _unlock(self) -> None:
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)  # releases the flock
-            self._lock_fd = None
-
     def close(self) -> None:
         """Finishes pending saves, releases both checkpoint managers and the workdir."""
         try:
             self._latest.close()
             self._best.close()
         finally:
-            self._unlock()
+            self._held.close()
 
     def __enter__(self) -> Checkpointer:
         return self

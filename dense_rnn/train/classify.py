@@ -221,12 +221,10 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
     wall_start = time.time()
     with checkpoint.Checkpointer(workdir, identity, descriptive=DESCRIPTIVE_FIELDS) as ckpt:
         vocab_path = os.path.join(workdir, tc.VOCAB_FILE)  # for classify_infer
-        ckpt.check_unchanged(vocab_path, tc.Vocab.load, data.vocab,
-                             f"{workdir} holds a run trained on another vocabulary (its "
-                             f"{tc.VOCAB_FILE} differs from this data's); use a new --workdir "
-                             "or the run's original data")
-        if jax.process_index() == 0:  # a multi-host run's hosts share the workdir
-            data.vocab.save(vocab_path)
+        ckpt.keep_data_file(vocab_path, tc.Vocab.load, data.vocab.save, data.vocab,
+                            f"{workdir} holds a run trained on another vocabulary (its "
+                            f"{tc.VOCAB_FILE} differs from this data's); use a new --workdir "
+                            "or the run's original data")
         model = make_model(c, len(data.vocab.words), num_classes)
         params = init_params(model, jax.random.key(c.seed))
         if data.embeddings is not None:

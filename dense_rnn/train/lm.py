@@ -202,12 +202,11 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
                         f"vocab_size is {c.vocab_size}; pass --vocab_size={len(corpus.vocab)}")
     with checkpoint.Checkpointer(workdir, identity, descriptive=DESCRIPTIVE_FIELDS) as ckpt:
         vocab_path = os.path.join(workdir, ptb.VOCAB_FILE)  # for lm_infer
-        ckpt.check_unchanged(vocab_path, ptb.read_vocab, corpus.vocab,
-                             f"{workdir} was trained on another corpus (its {ptb.VOCAB_FILE} "
-                             "differs from this --data_dir's vocabulary); pass the run's "
-                             "--data_dir or use a new --workdir")
-        if jax.process_index() == 0:  # a multi-host run's hosts share the workdir
-            ptb.write_vocab(vocab_path, corpus.vocab)
+        ckpt.keep_data_file(vocab_path, ptb.read_vocab,
+                            lambda path: ptb.write_vocab(path, corpus.vocab), corpus.vocab,
+                            f"{workdir} was trained on another corpus (its {ptb.VOCAB_FILE} "
+                            "differs from this --data_dir's vocabulary); pass the run's "
+                            "--data_dir or use a new --workdir")
         model = make_model(c)
         mesh = parallel.make_mesh(c.num_devices)
         parallel.check_batch(c.batch_size, mesh)
