@@ -129,19 +129,22 @@ def environment() -> dict:
 _COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
                    "/jax/core/compile/jaxpr_to_mlir_module_duration",
                    "/jax/core/compile/backend_compile_duration")
-_compile_seconds = [0.0]  # JAX's compile time so far in this process (``_count_compiles``)
+# JAX's compile time so far in this process, per event of ``_COMPILE_EVENTS`` (filled once
+# ``_count_compiles`` has registered its listener).
+_compile_seconds: dict[str, float] = {}
 
 
 def _count_compiles() -> None:
-    """Sums JAX's tracing, lowering and compile durations into ``_compile_seconds`` (once)."""
+    """Sums JAX's tracing, lowering and XLA compile durations into ``_compile_seconds``
+    (registered once)."""
     import jax
 
-    if len(_compile_seconds) == 1:
-        _compile_seconds.append(0.0)  # marks the listener as registered
+    if not _compile_seconds:
+        _compile_seconds.update(dict.fromkeys(_COMPILE_EVENTS, 0.0))
 
         def listener(event: str, seconds: float, **_: object) -> None:
             if event in _COMPILE_EVENTS:
-                _compile_seconds[0] += seconds
+                _compile_seconds[event] += seconds
 
         jax.monitoring.register_event_duration_secs_listener(listener)
 
@@ -149,21 +152,24 @@ def _count_compiles() -> None:
 def build_steps(w, min_time: float, warmup: float = 0.0
                 ) -> tuple[dict[str, Callable], dict[str, dict]]:
     """Builds (and compiles) every implementation of ``w`` and runs it for ``warmup`` seconds
-    (at least one step after the first); per implementation, JAX's compile time (None for
-    PyTorch's), the build and first step's wall time, the warm-up steps, and how many steps
-    make one timed set of about ``min_time`` seconds. A peer that fails to build or run (say,
-    a cuDNN kernel this JAX lacks) is left out with its ``error``; ours never is."""
+    (at least one step after the first); per implementation, JAX's compile time and XLA's
+    part of it (None for PyTorch's), the build and first step's wall time, the warm-up
+    steps, and how many steps make one timed set of about ``min_time`` seconds. A peer that
+    fails to build or run (say, a cuDNN kernel this JAX lacks) is left out with its
+    ``error``; ours never is."""
     from benchmarks.workloads import OURS
 
     _count_compiles()
     steps, out = {}, {}
     for name, build in w.impls.items():
-        t0, c0 = time.perf_counter(), _compile_seconds[0]
+        t0, c0 = time.perf_counter(), dict(_compile_seconds)
         try:
             steps[name] = build()
             steps[name]()
             setup_s = time.perf_counter() - t0
-            compile_s = None if "torch" in name else _compile_seconds[0] - c0
+            spent = {e: _compile_seconds[e] - c0[e] for e in _COMPILE_EVENTS}
+            compile_s = None if "torch" in name else sum(spent.values())
+            xla_s = None if "torch" in name else spent[_COMPILE_EVENTS[-1]]
             t0, warm = time.perf_counter(), 1
             steps[name]()
             while time.perf_counter() - t0 < warmup:  # the heap's and caches' first steps
@@ -178,7 +184,8 @@ def build_steps(w, min_time: float, warmup: float = 0.0
                   flush=True)
             continue
         per_step = (time.perf_counter() - t0) / warm
-        out[name] = {"compile_s": compile_s, "setup_s": setup_s, "warmup_steps": warm,
+        out[name] = {"compile_s": compile_s, "xla_compile_s": xla_s, "setup_s": setup_s,
+                     "warmup_steps": warm,
                      "iters": max(1, round(min_time / max(per_step, 1e-6))), "times": []}
     return steps, out
 
@@ -249,9 +256,13 @@ class Workers:
     after another; ``time(name)`` runs one timed set in that process while every other
     worker waits on its pipe. The workers share this process's environment (the fast-malloc
     settings), except that PyTorch keeps OpenMP's default wait policy. ``info[name]``: the
-    worker's compile time, set-up time and steps per set, or its error."""
+    worker's compile time, set-up time and steps per set, or its error. ``parallel``: all
+    are started at once, so they compile (and warm up) side by side; for a machine with
+    cores to spare, such as a GPU host, where compiling takes minutes. Their compile times
+    then include any contention; their timed sets still run one at a time."""
 
-    def __init__(self, workload: str, names: list[str], min_time: float, warmup: float = 0.0):
+    def __init__(self, workload: str, names: list[str], min_time: float, warmup: float = 0.0,
+                 parallel: bool = False):
         self.procs: dict[str, subprocess.Popen] = {}
         self.info: dict[str, dict] = {}
         try:
@@ -261,7 +272,11 @@ class Workers:
                      "--min_time", str(min_time), "--warmup", str(warmup)],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE, text=True, env=worker_env(name))
-                self.info[name] = json.loads(_reply(name, self.procs[name]))
+                if not parallel:
+                    self.info[name] = json.loads(_reply(name, self.procs[name]))
+            for name in names:
+                if name not in self.info:
+                    self.info[name] = json.loads(_reply(name, self.procs[name]))
         except BaseException:
             self.close()
             raise
@@ -285,9 +300,9 @@ class Workers:
 
 
 def time_isolated(workload: str, names: list[str], repeats: int, min_time: float,
-                  warmup: float = 0.0) -> dict[str, dict]:
+                  warmup: float = 0.0, parallel: bool = False) -> dict[str, dict]:
     """``time_workload`` with each implementation in a process of its own (``Workers``)."""
-    with Workers(workload, names, min_time, warmup) as workers:
+    with Workers(workload, names, min_time, warmup, parallel) as workers:
         out = {name: {**workers.info[name], "times": []} for name in names}
         timed = [name for name in names if "error" not in out[name]]
         for r in range(repeats):
@@ -326,7 +341,8 @@ def summarise(w, timings: dict[str, dict]) -> list[dict]:
                      "rate": None if roofline else w.items / med,
                      "gflops": work / med / 1e9, "gemm_frac": frac, "gemm_frac_range": frac_range,
                      "ours_x": ours_x, "ours_x_range": ours_x_range,
-                     "compile_s": t["compile_s"], "setup_s": t["setup_s"],
+                     "compile_s": t["compile_s"], "xla_compile_s": t.get("xla_compile_s"),
+                     "setup_s": t["setup_s"],
                      "warmup_steps": t.get("warmup_steps"),
                      "times_ms": [1e3 * x for x in t["times"]]})
     return rows
@@ -392,6 +408,13 @@ def _fmt(v: float | None, spec: str) -> str:
     return "—" if v is None else format(v, spec)
 
 
+def _compile(row: dict) -> str:
+    """The compile cell: JAX's tracing, lowering and XLA compile time, XLA's in parentheses."""
+    if row.get("xla_compile_s") is None:
+        return _fmt(row["compile_s"], ".1f")
+    return f"{row['compile_s']:.1f} ({row['xla_compile_s']:.1f})"
+
+
 def _memory(row: dict) -> str:
     """The peak memory cell: host RSS, and the GPU's where it was measured."""
     if row.get("device_mb") is None:
@@ -401,7 +424,7 @@ def _memory(row: dict) -> str:
 
 def markdown(results: list[dict]) -> str:
     lines = ["| workload | implementation | step ms | spread | items/s | ours × (range) "
-             "| GFLOP/s | % GEMM | compile s | build + 1st step s | peak RSS MB (GPU) |",
+             "| GFLOP/s | % GEMM | compile s (XLA) | build + 1st step s | peak RSS MB (GPU) |",
              "|" + " --- |" * 11]
     for res in results:
         for r in res["rows"]:
@@ -411,7 +434,7 @@ def markdown(results: list[dict]) -> str:
             lines.append(
                 f"| {res['workload']} | {r['impl']} | {r['step_ms']:.2f} | "
                 f"{100 * r['spread']:.0f}% | {rate} | {ours_x} | {r['gflops']:.1f} | "
-                f"{100 * r['gemm_frac']:.0f}% | {_fmt(r['compile_s'], '.1f')} | "
+                f"{100 * r['gemm_frac']:.0f}% | {_compile(r)} | "
                 f"{r['setup_s']:.1f} | {_memory(r)} |")
         for name, error in res.get("not_timed", {}).items():
             lines.append(f"| {res['workload']} | {name} | not timed: {error} |" + " |" * 8)
@@ -467,6 +490,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
                    help="each implementation in a process of its own (PyTorch with OpenMP's "
                         "default wait policy), still timed round-robin (default: on, off "
                         "with --quick)")
+    p.add_argument("--parallel_builds", action="store_true",
+                   help="with --isolated: start a workload's implementations at once, so "
+                        "they compile side by side (for a GPU host's spare cores; their "
+                        "compile times then include the contention)")
     p.add_argument("--probe", nargs=2, metavar=("WORKLOAD", "IMPL"), help=argparse.SUPPRESS)
     p.add_argument("--serve", nargs=2, metavar=("WORKLOAD", "IMPL"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -490,6 +517,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         p.error(f"--out={a.out} is a file; give a directory (made if missing)")
     repeats = a.repeats or (3 if a.quick else 5)
     isolated = not a.quick if a.isolated is None else a.isolated
+    if a.parallel_builds and not isolated:
+        p.error("--parallel_builds starts each implementation in a process of its own: "
+                "drop --no-isolated (or --quick)")
     min_time = a.min_time or (0.1 if a.quick else 0.6)
     if (warmup := a.warmup) is None:
         warmup = 0.0 if a.quick else 3.0  # --quick is the smoke path, in < 1 min
@@ -509,7 +539,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
             keep = {*a.impls.split(","), OURS}
             w = dataclasses.replace(w, impls={k: v for k, v in w.impls.items()
                                               if k in keep or k.startswith(GEMM)})
-        timings = (time_isolated(name, list(w.impls), repeats, min_time, warmup) if isolated
+        timings = (time_isolated(name, list(w.impls), repeats, min_time, warmup,
+                                 a.parallel_builds) if isolated
                    else time_workload(w, repeats, min_time, warmup))
         rows = summarise(w, timings)
         if a.memory or (a.memory is None and not a.quick):

@@ -12,7 +12,11 @@ from collections.abc import Callable, Iterator
 from absl import app, flags, logging
 
 from dense_rnn.errors import Interrupted, UserError
-from dense_rnn.platform import enable_compilation_cache, reexec_with_fast_malloc
+from dense_rnn.platform import (
+    default_xla_flags,
+    enable_compilation_cache,
+    reexec_with_fast_malloc,
+)
 
 # What an interrupted binary says: training checkpoints are atomic, and pending saves finish
 # before exit (``Checkpointer`` closes on the way out).
@@ -63,11 +67,13 @@ def _exit_at_once(signum: int, frame: object) -> None:
 
 
 def run_binary(run: Callable[[], None]) -> None:
-    """Runs ``run`` as an absl program: fast malloc, the persistent compilation cache,
+    """Runs ``run`` as an absl program: XLA flags for a quick GPU compile
+    (``platform.GPU_XLA_FLAGS``), fast malloc, the persistent compilation cache,
     parsed flags, bad input reported as one ``error: ...`` line on stderr with exit
     status 2, and an interrupted run as one line saying how to resume, exit status 130
     (``stop_on_signals`` makes a training loop checkpoint first)."""
     signal.signal(signal.SIGINT, _exit_at_once)
+    default_xla_flags()
     reexec_with_fast_malloc()
     enable_compilation_cache()
 
@@ -94,8 +100,10 @@ def _parse_flags(argv: list[str]) -> list[str]:
 
 
 def run_script(main: Callable[[], object]) -> None:
-    """Runs an argparse ``main`` (the benchmark tools): fast malloc, bad input reported as one
-    ``error: ...`` line on stderr with exit status 2, Ctrl-C as one line, exit status 130."""
+    """Runs an argparse ``main`` (the benchmark tools): the binaries' XLA flags and fast
+    malloc, bad input reported as one ``error: ...`` line on stderr with exit status 2,
+    Ctrl-C as one line, exit status 130."""
+    default_xla_flags()
     reexec_with_fast_malloc()
     _one_line_errors(main)
 

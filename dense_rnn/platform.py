@@ -14,6 +14,25 @@ FAST_MALLOC_ENV = {
 }
 
 
+# XLA's Triton GEMM autotuning compiles and times dozens of kernels for every matrix-product
+# shape of a program. On an H200 (benchmarks/RESULTS.md, run W) it took the DC-Bi-LSTM
+# training step's compile from 52 s to 250 s, for a step 1.6x faster, and HM-DenseGRU's from
+# 20 s to 84 s (1.4x); without it the LM steps compiled in 6-14 s (run Q: 34-47 s) and ran
+# no slower. Only XLA's GPU compiler reads these flags.
+GPU_XLA_FLAGS = {"xla_gpu_enable_triton_gemm": "false"}
+
+
+def default_xla_flags() -> None:
+    """Adds ``GPU_XLA_FLAGS`` to ``XLA_FLAGS``, each one unless the user's ``XLA_FLAGS`` sets
+    it (``--xla_gpu_enable_triton_gemm=true`` gives XLA's own default back). XLA reads the
+    variable when JAX starts its backend, so this runs first."""
+    given = os.environ.get("XLA_FLAGS", "")
+    names = {token.split("=", 1)[0].lstrip("-") for token in given.split()}
+    extra = [f"--{k}={v}" for k, v in GPU_XLA_FLAGS.items() if k not in names]
+    if extra:
+        os.environ["XLA_FLAGS"] = " ".join([*given.split(), *extra])
+
+
 def reexec_with_fast_malloc() -> None:
     """Re-executes this process once with ``FAST_MALLOC_ENV`` unless it is already set.
 

@@ -1,4 +1,4 @@
-"""Process set-up of the binaries: the persistent compilation cache."""
+"""Process set-up of the binaries: XLA flags and the persistent compilation cache."""
 
 import os
 
@@ -32,3 +32,21 @@ def test_cache_keeps_the_users_setting_and_an_empty_one_turns_it_off(cache_confi
     monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", "")
     assert platform.enable_compilation_cache() is None
     assert not jax.config.jax_compilation_cache_dir
+
+
+def test_xla_flags_are_added_to_the_users(monkeypatch):
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    platform.default_xla_flags()
+    assert os.environ["XLA_FLAGS"] == "--xla_gpu_enable_triton_gemm=false"
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_autotune_level=0")
+    platform.default_xla_flags()
+    assert os.environ["XLA_FLAGS"] == ("--xla_gpu_autotune_level=0 "
+                                       "--xla_gpu_enable_triton_gemm=false")
+
+
+@pytest.mark.parametrize("given", ["--xla_gpu_enable_triton_gemm=true",
+                                   "--xla_dump_to=/tmp/d --xla_gpu_enable_triton_gemm=true"])
+def test_xla_flags_the_user_set_are_kept(monkeypatch, given):
+    monkeypatch.setenv("XLA_FLAGS", given)
+    platform.default_xla_flags()
+    assert os.environ["XLA_FLAGS"] == given
