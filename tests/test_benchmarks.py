@@ -34,15 +34,19 @@ def test_quick_path_runs_a_tiny_workload(capsys):
     assert "| tiny train" in out and "| ours vs flax nn.RNN (>= 1.3) |" in out
 
 
-def test_isolated_times_each_implementation_in_its_own_process(capsys):
+@pytest.mark.parametrize("parallel", [[], ["--parallel_builds"]])
+def test_isolated_times_each_implementation_in_its_own_process(capsys, parallel):
     (res,) = run.main(["--quick", "--workloads", "tiny_lm", "--repeats", "2", "--min_time",
-                       "0.01", "--impls", "flax nn.RNN", "--isolated", "--warmup", "0.05"])
+                       "0.01", "--impls", "flax nn.RNN", "--isolated", "--warmup", "0.05",
+                       *parallel])
     impls = {r["impl"]: r for r in res["rows"]}
     assert {"ours", "flax nn.RNN", "gemm xla"} <= set(impls)
     assert impls["ours"]["ours_x"] == 1.0 and impls["flax nn.RNN"]["rate"] > 0
     assert impls["ours"]["warmup_steps"] >= 2  # the workers warmed up for 0.05 s
     for name, r in impls.items():  # JAX's compile time; PyTorch compiles nothing
         assert r["compile_s"] is None if "torch" in name else 0 < r["compile_s"] <= r["setup_s"]
+        assert r["xla_compile_s"] is None if "torch" in name else (
+            0 < r["xla_compile_s"] < r["compile_s"])
 
 
 def test_a_full_run_isolates_each_implementation_by_default(monkeypatch, tmp_path):
@@ -144,6 +148,7 @@ def test_an_isolated_worker_replies_with_its_peers_error(monkeypatch, capsys):
     (run.main, "--workloads tiny_lm --warmup -1", "argument --warmup: -1 must be a finite number, "
                                                  "0 or above"),
     (run.main, f"--workloads tiny_lm --out {__file__}", "is a file; give a directory"),
+    (run.main, "--workloads tiny_lm --parallel_builds --no-isolated", "drop --no-isolated"),
     (binary.main, "tiny --steps 0", "argument --steps: 0 must be at least 1"),
     (binary.main, "tiny --log_every 0", "argument --log_every: 0 must be at least 1"),
     (binary.main, "tiny --binary_flags=--config=zaremba_small", "--config=zaremba_small cannot"),
