@@ -479,7 +479,8 @@ def test_cv_binary_two_folds(tmp_path):
     _classify(f"--data_dir={tmp_path}", "--dataset=mr", f"--workdir={tmp_path}/w", *SMALL,
               "--batch_size=200", "--max_epochs=1", "--folds=0,1")
     s = json.load(open(f"{tmp_path}/w/summary.json"))
-    assert len(s["fold_test_accuracies"]) == 2 and "test_accuracy_std" in s
+    assert len(s["fold_test_accuracies"]) == 2
+    assert s["test_accuracy_std"] == pytest.approx(np.std(s["fold_test_accuracies"], ddof=1))
 
 
 def test_predict_matches_the_runs_test_accuracy(tmp_path):
@@ -584,6 +585,16 @@ def test_single_and_cv_runs_never_share_a_workdir(tmp_path):
     assert sorted(os.listdir(mr)) == ["fold_0", "run.lock", "summary.json"]
     assert (mr / "summary.json").read_text() == summary
     _tiny_run(tmp_path, mr, dataset="mr", folds=[0])  # finished: reports again
+
+
+def test_a_cv_summary_gives_the_sample_std_over_its_folds(tmp_path):
+    _synthetic_polarity(tmp_path, "mr")
+    _tiny_run(tmp_path, tmp_path / "one", dataset="mr", folds=[0])
+    assert json.loads((tmp_path / "one" / "summary.json").read_text())[
+        "test_accuracy_std"] is None
+    _tiny_run(tmp_path, tmp_path / "two", dataset="mr", folds=[0, 1])
+    s = json.loads((tmp_path / "two" / "summary.json").read_text())
+    assert s["test_accuracy_std"] == pytest.approx(np.std(s["fold_test_accuracies"], ddof=1))
 
 
 def test_a_cv_run_holds_its_workdir_while_its_folds_train(tmp_path):

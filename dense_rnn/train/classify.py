@@ -443,7 +443,10 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
         }
         if spec.num_folds:
             summary |= {"folds": {str(f): r for f, r in records.items()},
-                        "fold_test_accuracies": tests, "test_accuracy_std": float(np.std(tests)),
+                        "fold_test_accuracies": tests,
+                        # the sample standard deviation, as the reports' "±"; none for one fold
+                        "test_accuracy_std": (float(np.std(tests, ddof=1)) if len(tests) > 1
+                                              else None),
                         "num_folds_run": len(tests), "num_folds": spec.num_folds}
         else:
             summary |= first
