@@ -54,6 +54,22 @@ def test_one_run_at_a_time_trains_in_a_workdir(tmp_path):
     checkpoint.Checkpointer(str(tmp_path), {}).close()
 
 
+def test_a_checkpointer_trains_under_its_runs_lock(tmp_path):
+    """Inside ``locked`` (a run that writes its summary after training), a Checkpointer on
+    the same workdir shares the run's lock, which holds until the block ends."""
+    from dense_rnn import files
+
+    with checkpoint.locked(str(tmp_path)):
+        with checkpoint.Checkpointer(str(tmp_path), {}):
+            pass
+        with pytest.raises(UserError, match="is in use by another run"):
+            files.lock(str(tmp_path))  # still held after the Checkpointer closed
+    os.close(files.lock(str(tmp_path)))
+    with checkpoint.Checkpointer(str(tmp_path), {}), pytest.raises(UserError, match="in use"):
+        with checkpoint.locked(str(tmp_path)):  # a run's lock is not taken from under one
+            pass
+
+
 @dataclasses.dataclass
 class _Progress:
     global_step: int = 0

@@ -587,6 +587,26 @@ def test_single_and_cv_runs_never_share_a_workdir(tmp_path):
     _tiny_run(tmp_path, mr, dataset="mr", folds=[0])  # finished: reports again
 
 
+def test_a_single_run_writes_its_summary_under_its_lock(tmp_path, monkeypatch):
+    from dense_rnn import files
+    from dense_rnn.train import classify
+
+    _synthetic_trec(tmp_path, n_train=40, n_test=8)
+    write, refused = classify.metrics.write_json, []
+
+    def write_json(path, obj):
+        if path.endswith("summary.json"):
+            with pytest.raises(UserError, match="is in use by another run"):
+                files.lock(os.path.dirname(path))
+            refused.append(path)
+        write(path, obj)
+
+    monkeypatch.setattr(classify.metrics, "write_json", write_json)
+    _tiny_run(tmp_path, tmp_path / "w")
+    assert refused == [str(tmp_path / "w" / "summary.json")]
+    os.close(files.lock(str(tmp_path / "w")))  # released at the end
+
+
 def test_a_cv_summary_gives_the_sample_std_over_its_folds(tmp_path):
     _synthetic_polarity(tmp_path, "mr")
     _tiny_run(tmp_path, tmp_path / "one", dataset="mr", folds=[0])

@@ -97,16 +97,33 @@ def _lock(workdir: str) -> int | None:
     return fd
 
 
+_run_locks: set[str] = set()  # the workdirs a ``locked`` block of this process holds
+
+
 @contextlib.contextmanager
-def locked(workdir: str) -> Iterator[None]:
-    """Holds ``workdir``'s lock (``_lock``) over the block: for a run that trains in its
-    subdirectories (CV folds, a sweep's rates) and writes its summary in ``workdir``."""
+def _hold(workdir: str) -> Iterator[None]:
+    """``workdir``'s lock (``_lock``) over the block."""
     fd = _lock(workdir)
     try:
         yield
     finally:
         if fd is not None:
             os.close(fd)
+
+
+@contextlib.contextmanager
+def locked(workdir: str) -> Iterator[None]:
+    """Holds ``workdir``'s lock over the block, for a run that writes its summary there once
+    its training has finished: training in ``workdir`` itself (a ``Checkpointer`` opened
+    there inside the block trains under this lock) or in its subdirectories (CV folds, a
+    sweep's rates, each locked there too)."""
+    key = os.path.realpath(workdir)
+    with _hold(workdir):
+        _run_locks.add(key)
+        try:
+            yield
+        finally:
+            _run_locks.discard(key)
 
 
 def read_identity(workdir: str) -> dict[str, Any] | None:
@@ -153,7 +170,8 @@ class Checkpointer:
     so correcting one leaves the runs resumable. The identity is written with the first
     checkpoint, so a run that fails before saving anything leaves the workdir free for any
     config. One process at a time trains in a workdir: it is locked until ``close`` (or the
-    process's end). ``read_only`` (inference) creates, writes and locks nothing there.
+    process's end), unless a ``locked`` block around it holds the lock already.
+    ``read_only`` (inference) creates, writes and locks nothing there.
     """
 
     def __init__(self, workdir: str, identity: dict[str, Any], max_to_keep: int = 2,
@@ -162,8 +180,8 @@ class Checkpointer:
         self.identity = json.loads(json.dumps(identity))  # as stored: tuples become lists
         self.descriptive = descriptive
         self._held = contextlib.ExitStack()  # the workdir's lock, until close
-        if not read_only:
-            self._held.enter_context(locked(workdir))
+        if not read_only and os.path.realpath(workdir) not in _run_locks:
+            self._held.enter_context(_hold(workdir))
         try:
             stored = read_identity(workdir)
             if stored is not None:

@@ -16,7 +16,6 @@ Config families: every module in ``FAMILIES`` (``dense_rnn/configs/families.py``
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import itertools
 import json
@@ -411,8 +410,8 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
                  "oov": oov} | ({"max_len": max_len} if max_len else {}) | (
                      {"hf_dataset": hf_dataset} if hf_dataset else {})
     check_workdir(workdir, identity, cv=bool(spec.num_folds))
-    # a CV run trains in fold_K/ (each locked there) and writes its summary here
-    with checkpoint.locked(workdir) if spec.num_folds else contextlib.nullcontext():
+    # held until the summary is written (a CV run's folds each lock their fold_K/ too)
+    with checkpoint.locked(workdir):
         records = {}
         for fold in fold_ids:
             splits = tc.make_splits(spec, raw, fold)
