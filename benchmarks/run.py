@@ -253,13 +253,14 @@ def worker_env(impl: str) -> dict[str, str]:
 
 class Workers:
     """Each implementation of a workload in a process of its own (``--serve``), built one
-    after another; ``time(name)`` runs one timed set in that process while every other
-    worker waits on its pipe. The workers share this process's environment (the fast-malloc
-    settings), except that PyTorch keeps OpenMP's default wait policy. ``info[name]``: the
-    worker's compile time, set-up time and steps per set, or its error. ``parallel``: all
-    are started at once, so they compile (and warm up) side by side; for a machine with
-    cores to spare, such as a GPU host, where compiling takes minutes. Their compile times
-    then include any contention; their timed sets still run one at a time."""
+    after another (``parallel``: all at once); ``time(name)`` runs one timed set in that
+    process while every other worker waits on its pipe. The workers share this process's
+    environment (the fast-malloc settings), except that PyTorch keeps OpenMP's default wait
+    policy. ``info[name]``: the worker's compile time, set-up time and steps per set, or its
+    error. ``parallel`` is for a machine with cores to spare, such as a GPU host, where
+    compiling takes minutes: the workers compile and warm up side by side, so their compile
+    times include that contention, and a set sized from a warm-up slowed by it can fall
+    short of ``min_time``; the timed sets still run one at a time."""
 
     def __init__(self, workload: str, names: list[str], min_time: float, warmup: float = 0.0,
                  parallel: bool = False):
@@ -278,6 +279,9 @@ class Workers:
                 if name not in self.info:
                     self.info[name] = json.loads(_reply(name, self.procs[name]))
         except BaseException:
+            for name, proc in self.procs.items():
+                if name not in self.info:  # still building: not worth waiting for
+                    proc.kill()
             self.close()
             raise
 

@@ -15,22 +15,38 @@ FAST_MALLOC_ENV = {
 
 
 # XLA's Triton GEMM autotuning compiles and times dozens of kernels for every matrix-product
-# shape of a program. On an H200 (benchmarks/RESULTS.md, run W) it took the DC-Bi-LSTM
-# training step's compile from 52 s to 250 s, for a step 1.6x faster, and HM-DenseGRU's from
-# 20 s to 84 s (1.4x); without it the LM steps compiled in 6-14 s (run Q: 34-47 s) and ran
-# no slower. Only XLA's GPU compiler reads these flags.
+# shape of a program. On an H200 (benchmarks/RESULTS.md, run W; the peers compiling at the
+# same time) it took the DC-Bi-LSTM training step's compile from 52 s to 250 s, for a step
+# 1.6x faster, and HM-DenseGRU's from 20 s to 84 s (1.4x); without it the LM steps compiled
+# in 6-14 s and ran no slower. Only XLA's GPU compiler reads these flags.
 GPU_XLA_FLAGS = {"xla_gpu_enable_triton_gemm": "false"}
+_ADDED = "DENSE_RNN_ADDED_XLA_FLAGS"  # what ``default_xla_flags`` put before the user's
 
 
 def default_xla_flags() -> None:
-    """Adds ``GPU_XLA_FLAGS`` to ``XLA_FLAGS``, each one unless the user's ``XLA_FLAGS`` sets
-    it (``--xla_gpu_enable_triton_gemm=true`` gives XLA's own default back). XLA reads the
-    variable when JAX starts its backend, so this runs first."""
+    """Puts ``GPU_XLA_FLAGS`` in front of ``XLA_FLAGS``, each one unless the user's
+    ``XLA_FLAGS`` sets it (``--xla_gpu_enable_triton_gemm=true`` gives XLA's own default
+    back); a value that names a file of flags (XLA reads one that does not start with
+    ``-`` so) is left alone. XLA reads the variable when JAX starts its backend, so this
+    runs first."""
     given = os.environ.get("XLA_FLAGS", "")
+    if given.strip() and not given.lstrip().startswith("-"):
+        return
     names = {token.split("=", 1)[0].lstrip("-") for token in given.split()}
-    extra = [f"--{k}={v}" for k, v in GPU_XLA_FLAGS.items() if k not in names]
-    if extra:
-        os.environ["XLA_FLAGS"] = " ".join([*given.split(), *extra])
+    added = " ".join(f"--{k}={v}" for k, v in GPU_XLA_FLAGS.items() if k not in names)
+    if added:  # in front: XLA ignores what follows a token that is no --flag
+        os.environ["XLA_FLAGS"] = f"{added} {given}" if given else added
+        os.environ[_ADDED] = added
+
+
+def user_xla_flags() -> str:
+    """``XLA_FLAGS`` as the user set it, without what ``default_xla_flags`` added ("" if
+    unset)."""
+    value, added = os.environ.get("XLA_FLAGS", ""), os.environ.get(_ADDED)
+    if added and value.startswith(added):
+        rest = value[len(added):]
+        return rest[1:] if rest.startswith(" ") else rest
+    return value
 
 
 def reexec_with_fast_malloc() -> None:

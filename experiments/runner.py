@@ -20,10 +20,9 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import NoReturn
 
-from dense_rnn import files
+from dense_rnn import files, platform
 from dense_rnn.errors import UserError
 
-RECORDED_ENV = ("XLA_FLAGS",)  # environment that changes a run, written into command.txt
 # A finished run's files while the same workdir runs under another command.
 PREVIOUS = {"summary.json": "summary.previous.json", "command.txt": "command.previous.txt"}
 
@@ -78,8 +77,10 @@ def summary(root: str, name: str) -> dict | None:
 
 
 def command_line(cmd: Sequence[str]) -> str:
-    """``cmd`` (``sys.executable`` first) as a shell line that reruns it, environment included."""
-    env = [f"{k}={shlex.quote(os.environ[k])}" for k in RECORDED_ENV if k in os.environ]
+    """``cmd`` (``sys.executable`` first) as a shell line that reruns it, with the user's
+    ``XLA_FLAGS``, which can change a run (not those the binaries add themselves)."""
+    xla_flags = platform.user_xla_flags()
+    env = [f"XLA_FLAGS={shlex.quote(xla_flags)}"] if xla_flags else []
     return " ".join([*env, "python", shlex.join(cmd[1:])])
 
 

@@ -34,19 +34,26 @@ def test_cache_keeps_the_users_setting_and_an_empty_one_turns_it_off(cache_confi
     assert not jax.config.jax_compilation_cache_dir
 
 
-def test_xla_flags_are_added_to_the_users(monkeypatch):
+def test_xla_flags_go_in_front_of_the_users_and_can_be_told_apart(monkeypatch):
     monkeypatch.delenv("XLA_FLAGS", raising=False)
+    monkeypatch.delenv("DENSE_RNN_ADDED_XLA_FLAGS", raising=False)
     platform.default_xla_flags()
     assert os.environ["XLA_FLAGS"] == "--xla_gpu_enable_triton_gemm=false"
-    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_autotune_level=0")
+    assert platform.user_xla_flags() == ""
+    given = '--xla_dump_to="/tmp/a  b" intra_op_parallelism_threads=1'  # kept as written
+    monkeypatch.setenv("XLA_FLAGS", given)
     platform.default_xla_flags()
-    assert os.environ["XLA_FLAGS"] == ("--xla_gpu_autotune_level=0 "
-                                       "--xla_gpu_enable_triton_gemm=false")
+    assert os.environ["XLA_FLAGS"] == f"--xla_gpu_enable_triton_gemm=false {given}"
+    assert platform.user_xla_flags() == given
+    platform.default_xla_flags()  # again (a re-executed process): nothing more
+    assert platform.user_xla_flags() == given
 
 
 @pytest.mark.parametrize("given", ["--xla_gpu_enable_triton_gemm=true",
-                                   "--xla_dump_to=/tmp/d --xla_gpu_enable_triton_gemm=true"])
+                                   "--xla_dump_to=/tmp/d --xla_gpu_enable_triton_gemm=true",
+                                   "/path/to/flags.txt"])  # XLA reads a file of flags
 def test_xla_flags_the_user_set_are_kept(monkeypatch, given):
     monkeypatch.setenv("XLA_FLAGS", given)
+    monkeypatch.delenv("DENSE_RNN_ADDED_XLA_FLAGS", raising=False)
     platform.default_xla_flags()
-    assert os.environ["XLA_FLAGS"] == given
+    assert os.environ["XLA_FLAGS"] == platform.user_xla_flags() == given

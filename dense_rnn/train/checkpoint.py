@@ -116,7 +116,8 @@ def locked(workdir: str) -> Iterator[None]:
     """Holds ``workdir``'s lock over the block, for a run that writes its summary there once
     its training has finished: training in ``workdir`` itself (a ``Checkpointer`` opened
     there inside the block trains under this lock) or in its subdirectories (CV folds, a
-    sweep's rates, each locked there too)."""
+    sweep's rates, each locked there too). The registry is the process's: a Checkpointer
+    another thread opens there meanwhile shares the lock as well."""
     key = os.path.realpath(workdir)
     with _hold(workdir):
         _run_locks.add(key)
