@@ -50,6 +50,9 @@ SUITES: dict[str, tuple[int, Callable[[], list[Job]]]] = {
     "dc_table3": (3, lambda: _dc_jobs(dc_bilstm.table_configs(3), ["sst1", "sst2"])),
     "dc_table4": (4, lambda: _dc_jobs(dc_bilstm.table_configs(4), ["sst1", "sst2"])),
     "dc_table5": (5, lambda: _dc_jobs(dc_bilstm.table_configs(5), ["sst1", "sst2"])),
+    # Table 1's SST rows trained on every labelled phrase (tested on the same sentences)
+    "dc_phrases": (1, lambda: _dc_jobs(["dc_bilstm", "bilstm"],
+                                       ["sst1_phrases", "sst2_phrases"])),
     "hm_table2": (2, lambda: _hm_jobs(_hm_units(HM_MODELS), "sst5")),
     # "- hierarchy" is DenseGRU: the Table 2 row densegru_64 is the same model.
     "hm_table3": (3, lambda: _hm_jobs(["hm_densegru_64", "densegru_64"] + [
