@@ -167,9 +167,10 @@ def build_steps(w, min_time: float, warmup: float = 0.0
             steps[name] = build()
             steps[name]()
             setup_s = time.perf_counter() - t0
-            spent = {e: _compile_seconds[e] - c0[e] for e in _COMPILE_EVENTS}
-            compile_s = None if "torch" in name else sum(spent.values())
-            xla_s = None if "torch" in name else spent[_COMPILE_EVENTS[-1]]
+            compile_s = xla_s = None  # PyTorch compiles nothing
+            if "torch" not in name:
+                spent = {e: _compile_seconds[e] - c0[e] for e in _COMPILE_EVENTS}
+                compile_s, xla_s = sum(spent.values()), spent[_COMPILE_EVENTS[-1]]
             t0, warm = time.perf_counter(), 1
             steps[name]()
             while time.perf_counter() - t0 < warmup:  # the heap's and caches' first steps
