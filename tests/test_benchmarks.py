@@ -58,6 +58,20 @@ def test_a_full_run_isolates_each_implementation_by_default(monkeypatch, tmp_pat
     assert json.loads((tmp_path / "results.json").read_text())["isolated"] is True
 
 
+def test_results_record_the_cpus_matrix_extensions(monkeypatch, tmp_path):
+    """Machines with one model name differ in AMX and AVX-512; results.json says which."""
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: Some Xeon\n"
+                       "flags\t\t: fpu avx2 fma avx512f amx_bf16 amx_tile\n\n"
+                       "processor\t: 1\nmodel name\t: Some Xeon\nflags\t\t: fpu\n")
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda f, *a, **k: real_open(
+        cpuinfo if f == "/proc/cpuinfo" else f, *a, **k))
+    assert run.cpu_info() == ("Some Xeon", ["avx2", "fma", "avx512f", "amx_tile", "amx_bf16"])
+    env = run.environment()
+    assert env["cpu"] == "Some Xeon" and env["cpu_features"][-1] == "amx_bf16"
+
+
 def test_the_memory_probe_measures_a_fresh_process():
     mem = run.peak_memory("tiny_lm", "ours")
     assert mem["rss_mb"] > 0
