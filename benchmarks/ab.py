@@ -74,6 +74,9 @@ def compare(name: str, base_workloads: dict, repeats: int, min_time: float,
     both = dataclasses.replace(new, impls={"base": base_workloads[name]().impls[OURS],
                                            "new": new.impls[OURS]})
     t = run.time_workload(both, repeats, min_time, warmup)
+    for impl in ("base", "new"):
+        if "error" in t[impl]:
+            raise UserError(f"{name}: the {impl} version failed ({t[impl]['error']})")
     row = {"workload": new.name}
     for impl in ("base", "new"):
         times = t[impl]["times"]

@@ -18,6 +18,7 @@ import argparse
 import collections
 import glob
 import gzip
+import importlib.util
 import json
 import re
 import tempfile
@@ -139,6 +140,9 @@ def main(argv: list[str] | None = None) -> str:
     impls = WORKLOADS[a.workload]().impls
     if a.impl not in impls:
         p.error(f"--impl must be one of {', '.join(impls)}")
+    if "torch" in a.impl and importlib.util.find_spec("torch") is None:
+        p.error(f"--impl {a.impl!r} needs PyTorch, which is not installed (BUILD.md: the CPU "
+                "build of torch 2.13.0 from PyTorch's index, then pip install -e '.[bench]')")
     step = impls[a.impl]()
     for _ in range(3):
         step()

@@ -172,6 +172,13 @@ def _count_compiles() -> None:
         jax.monitoring.register_event_duration_secs_listener(listener)
 
 
+def _not_timed(workload: str, name: str, e: BaseException) -> dict[str, str]:
+    """A failed implementation's entry, ``{"error": one line}``, announced on stderr."""
+    error = f"{type(e).__name__}: {(str(e).strip() or '-').splitlines()[0]}"
+    print(f"{workload}: {name} not timed ({error})", file=sys.stderr, flush=True)
+    return {"error": error}
+
+
 def build_steps(w, min_time: float, warmup: float = 0.0
                 ) -> tuple[dict[str, Callable], dict[str, dict]]:
     """Builds (and compiles) every implementation of ``w`` and runs it for ``warmup`` seconds
@@ -203,9 +210,7 @@ def build_steps(w, min_time: float, warmup: float = 0.0
             if name == OURS:
                 raise
             steps.pop(name, None)
-            out[name] = {"error": f"{type(e).__name__}: {(str(e).strip() or '-').splitlines()[0]}"}
-            print(f"{w.name}: {name} not timed ({out[name]['error']})", file=sys.stderr,
-                  flush=True)
+            out[name] = _not_timed(w.name, name, e)
             continue
         per_step = (time.perf_counter() - t0) / warm
         out[name] = {"compile_s": compile_s, "xla_compile_s": xla_s, "setup_s": setup_s,
@@ -230,11 +235,18 @@ def _round_robin(names: list[str], r: int) -> list[str]:
 def time_workload(w, repeats: int, min_time: float, warmup: float = 0.0) -> dict[str, dict]:
     """Builds and warms up every implementation, then times them round-robin ``repeats``
     times."""
+    from benchmarks.workloads import OURS
+
     steps, out = build_steps(w, min_time, warmup)
-    names = list(steps)
     for r in range(repeats):
-        for name in _round_robin(names, r):
-            out[name]["times"].append(time_steps(steps[name], out[name]["iters"]))
+        for name in _round_robin(list(steps), r):
+            try:
+                out[name]["times"].append(time_steps(steps[name], out[name]["iters"]))
+            except Exception as e:  # a peer failing in a timed set is left out, as in a build
+                if name == OURS:
+                    raise
+                del steps[name]
+                out[name] = _not_timed(w.name, name, e)
     return out
 
 
@@ -250,7 +262,12 @@ def serve(workload: str, impl: str, min_time: float, warmup: float = 0.0) -> Non
     """Worker of ``Workers``: builds and warms up one implementation, prints its compile time
     and steps per timed set (JSON), then times one set per line read from stdin, printing
     seconds per step."""
+    import jax
+
     w = build_workload(workload)
+    jax.devices()  # the backend's start-up is not the implementation's build
+    if "torch" in impl:
+        import torch  # noqa: F401  (nor is PyTorch's import)
     steps, out = build_steps(dataclasses.replace(w, impls={impl: w.impls[impl]}), min_time,
                              warmup)
     print(json.dumps({k: v for k, v in out[impl].items() if k != "times"}), flush=True)
@@ -288,6 +305,7 @@ class Workers:
 
     def __init__(self, workload: str, names: list[str], min_time: float, warmup: float = 0.0,
                  parallel: bool = False):
+        self.workload = workload
         self.procs: dict[str, subprocess.Popen] = {}
         self.info: dict[str, dict] = {}
         try:
@@ -298,10 +316,10 @@ class Workers:
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE, text=True, env=worker_env(name))
                 if not parallel:
-                    self.info[name] = json.loads(_reply(name, self.procs[name]))
+                    self._ready(name)
             for name in names:
                 if name not in self.info:
-                    self.info[name] = json.loads(_reply(name, self.procs[name]))
+                    self._ready(name)
         except BaseException:
             for name, proc in self.procs.items():
                 if name not in self.info:  # still building: not worth waiting for
@@ -309,11 +327,40 @@ class Workers:
             self.close()
             raise
 
-    def time(self, name: str) -> float:
-        """Seconds per step of one timed set."""
-        self.procs[name].stdin.write("\n")
-        self.procs[name].stdin.flush()
-        return float(_reply(name, self.procs[name]))
+    def _ready(self, name: str) -> None:
+        """Reads the worker's build report; a peer whose worker dies (a native crash, the
+        kernel's OOM killer) is left out with its error, as a peer that raises is."""
+        try:
+            self.info[name] = json.loads(_reply(name, self.procs[name]))
+        except UserError as e:
+            self.info[name] = self._lost(name, e)
+
+    def _lost(self, name: str, e: BaseException) -> dict[str, str]:
+        from benchmarks.workloads import OURS
+
+        if name == OURS:
+            raise e if isinstance(e, UserError) else UserError(
+                f"the {name} worker stopped answering ({type(e).__name__}: {e})") from e
+        proc = self.procs.pop(name)
+        proc.kill()
+        proc.wait()
+        for pipe in (proc.stdin, proc.stdout):
+            try:
+                pipe.close()
+            except OSError:  # a broken pipe: nothing left to flush into
+                pass
+        return _not_timed(self.workload, name, e)
+
+    def time(self, name: str) -> float | None:
+        """Seconds per step of one timed set; None (and ``info[name]`` the error) where a
+        peer's worker died."""
+        try:
+            self.procs[name].stdin.write("\n")
+            self.procs[name].stdin.flush()
+            return float(_reply(name, self.procs[name]))
+        except (OSError, UserError) as e:
+            self.info[name] = self._lost(name, e)
+            return None
 
     def close(self) -> None:
         for proc in self.procs.values():
@@ -335,7 +382,11 @@ def time_isolated(workload: str, names: list[str], repeats: int, min_time: float
         timed = [name for name in names if "error" not in out[name]]
         for r in range(repeats):
             for name in _round_robin(timed, r):
-                out[name]["times"].append(workers.time(name))
+                if (seconds := workers.time(name)) is None:  # its worker died: left out
+                    timed.remove(name)
+                    out[name] = workers.info[name]
+                else:
+                    out[name]["times"].append(seconds)
     return out
 
 

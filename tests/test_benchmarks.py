@@ -3,6 +3,8 @@ peers compute the same function as the library models they are timed against (th
 ports, and the GPU-only cuDNN LM through JAX's reference of cuDNN's LSTM)."""
 
 import dataclasses
+import importlib.util
+import io
 import json
 import os
 import subprocess
@@ -135,6 +137,71 @@ def test_a_peer_that_fails_is_left_out_with_its_error_and_results_are_kept(tmp_p
     assert "| jax cuDNN rnn.lstm | not timed: RuntimeError: no cuDNN kernel |" in (
         tmp_path / "table.md").read_text()
     assert (tmp_path / "results.json").exists()  # written after each workload
+
+
+def test_a_peer_failing_in_a_timed_set_is_left_out_and_the_others_are_timed(capsys):
+    calls = []
+
+    def flaky() -> None:
+        calls.append(1)
+        if len(calls) > 3:  # the first step and the warm-up's pass; a timed set fails
+            raise RuntimeError("out of memory")
+
+    w = SimpleNamespace(name="w", impls={"ours": lambda: lambda: None, "peer": lambda: flaky})
+    out = run.time_workload(w, repeats=3, min_time=0.001)
+    assert out["peer"] == {"error": "RuntimeError: out of memory"}
+    assert len(out["ours"]["times"]) == 3 and "w: peer not timed" in capsys.readouterr().err
+
+
+class _FakeWorker:
+    """A ``--serve`` worker that answers its build report and ``sets`` timed sets, then
+    dies (its pipe closes); with ``sets=None`` it dies while building."""
+
+    def __init__(self, sets: int | None):
+        info = {"compile_s": None, "xla_compile_s": None, "setup_s": 0.0, "iters": 1}
+        self.stdout = io.StringIO("" if sets is None else
+                                  json.dumps(info) + "\n" + "0.5\n" * sets)
+        self.stdin = io.StringIO()
+
+    def wait(self) -> int:
+        return -9
+
+    def kill(self) -> None:
+        pass
+
+
+def test_a_peer_whose_worker_dies_is_left_out_and_ours_dying_is_an_error(monkeypatch, capsys):
+    sets = {"ours": 3, "peer": 1}
+    monkeypatch.setattr(run.subprocess, "Popen", lambda args, **_: _FakeWorker(sets[args[5]]))
+    out = run.time_isolated("w", ["ours", "peer"], repeats=3, min_time=0.01)
+    assert out["peer"] == {"error": "UserError: the peer worker exited (status -9) before "
+                                    "replying"}
+    assert out["ours"]["times"] == [0.5, 0.5, 0.5]
+    assert "w: peer not timed" in capsys.readouterr().err
+    sets = {"ours": 1, "peer": 3}
+    with pytest.raises(UserError, match="the ours worker exited"):
+        run.time_isolated("w", ["ours", "peer"], repeats=3, min_time=0.01)
+    sets = {"ours": 3, "peer": None}
+    for parallel in (False, True):
+        out = run.time_isolated("w", ["ours", "peer"], 2, 0.01, parallel=parallel)
+        assert "exited (status -9)" in out["peer"]["error"] and len(out["ours"]["times"]) == 2
+
+
+def test_ab_says_which_version_failed(monkeypatch):
+    monkeypatch.setattr(run, "time_workload", lambda *a: {"base": {"error": "ValueError: x"},
+                                                          "new": {"times": [1.0]}})
+    with pytest.raises(UserError, match="tiny_lm: the base version failed .ValueError: x."):
+        ab.compare("tiny_lm", {"tiny_lm": workloads.WORKLOADS["tiny_lm"]}, 1, 0.01)
+
+
+def test_profiling_the_pytorch_peer_without_pytorch_is_a_usage_error(monkeypatch, capsys):
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "torch" else find_spec(name, *a))
+    with pytest.raises(SystemExit) as e:
+        profile.main(["tiny_lm", "--impl", "torch nn.LSTM"])
+    assert e.value.code == 2 and "needs PyTorch, which is not installed" in (
+        capsys.readouterr().err)
 
 
 def test_an_isolated_worker_replies_with_its_peers_error(monkeypatch, capsys):
