@@ -447,9 +447,10 @@ def _device_mb(impl: str) -> Callable[[], float] | None:
 
 def probe(workload: str, impl: str) -> None:
     """Subprocess mode: peak RSS growth (MB) of building ``impl`` and running 3 steps, and on
-    a GPU the peak of the accelerator memory it allocated. JAX's backend and PyTorch (with
-    its CUDA context, where it has one) are loaded first, so no row counts a library's own
-    start-up."""
+    a GPU the peak of the accelerator memory it allocated; also the build's compile times
+    and the wall time of the build and first step (``build_steps``' figures, here with
+    nothing else running). JAX's backend and PyTorch (with its CUDA context, where it has
+    one) are loaded first, so no row counts a library's own start-up."""
     import jax
 
     from benchmarks.workloads import WORKLOADS
@@ -465,11 +466,18 @@ def probe(workload: str, impl: str) -> None:
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # resets the high-water mark VmHWM to the current RSS
     base = _status_mb("VmRSS")
+    _count_compiles()
+    t0, c0 = time.perf_counter(), dict(_compile_seconds)
     step = w.impls[impl]()
-    for _ in range(3):
+    step()
+    build = {"setup_s": time.perf_counter() - t0, "compile_s": None, "xla_compile_s": None}
+    if "torch" not in impl:
+        spent = {e: _compile_seconds[e] - c0[e] for e in _COMPILE_EVENTS}
+        build.update(compile_s=sum(spent.values()), xla_compile_s=spent[_COMPILE_EVENTS[-1]])
+    for _ in range(2):
         step()
     print(json.dumps({"rss_mb": _status_mb("VmHWM") - base,
-                      "device_mb": device_mb and device_mb()}))
+                      "device_mb": device_mb and device_mb(), **build}))
 
 
 def peak_memory(workload: str, impl: str) -> dict[str, float | None]:
@@ -569,10 +577,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
                    help="each implementation in a process of its own (PyTorch with OpenMP's "
                         "default wait policy), still timed round-robin (default: on, off "
                         "with --quick)")
-    p.add_argument("--parallel_builds", action="store_true",
+    p.add_argument("--parallel_builds", action=argparse.BooleanOptionalAction, default=None,
                    help="with --isolated: start a workload's implementations at once, so "
-                        "they compile side by side (for a GPU host's spare cores; their "
-                        "compile times then include the contention)")
+                        "they compile side by side (default: on). One after another, the "
+                        "first built runs a few %% slower on some VMs (RESULTS.md). The "
+                        "compile and build times shown are then the memory probes', each "
+                        "built alone; without probes (--no-memory), the side-by-side ones")
     p.add_argument("--probe", nargs=2, metavar=("WORKLOAD", "IMPL"), help=argparse.SUPPRESS)
     p.add_argument("--serve", nargs=2, metavar=("WORKLOAD", "IMPL"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -599,6 +609,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if a.parallel_builds and not isolated:
         p.error("--parallel_builds starts each implementation in a process of its own: "
                 "drop --no-isolated (or --quick)")
+    parallel = isolated if a.parallel_builds is None else a.parallel_builds
+    memory = not a.quick if a.memory is None else a.memory
     min_time = a.min_time or (0.1 if a.quick else 0.6)
     if (warmup := a.warmup) is None:
         warmup = 0.0 if a.quick else 3.0  # --quick is the smoke path, in < 1 min
@@ -618,22 +630,24 @@ def main(argv: list[str] | None = None) -> list[dict]:
             keep = {*a.impls.split(","), OURS}
             w = dataclasses.replace(w, impls={k: v for k, v in w.impls.items()
                                               if k in keep or k.startswith(GEMM)})
-        timings = (time_isolated(name, list(w.impls), repeats, min_time, warmup,
-                                 a.parallel_builds) if isolated
-                   else time_workload(w, repeats, min_time, warmup))
+        timings = (time_isolated(name, list(w.impls), repeats, min_time, warmup, parallel)
+                   if isolated else time_workload(w, repeats, min_time, warmup))
         rows = summarise(w, timings)
-        if a.memory or (a.memory is None and not a.quick):
+        if memory:  # each probe builds alone: its build figures replace side-by-side ones
             for r in rows:
                 r.update(peak_memory(name, r["impl"]))
         results.append({"workload": w.name, "unit": w.unit, "flops": w.flops, "rows": rows,
                         "not_timed": {k: t["error"] for k, t in timings.items() if "error" in t}})
         print(markdown(results[-1:]), flush=True)
-        table = (markdown(results) + "\n\n"
-                 + targets_markdown(results, jax.default_backend() == "gpu"))
+        table = (markdown(results) + "\n\n" + (
+            "" if memory or not parallel else "Compile and build times: each workload's "
+            "builds ran side by side (--no-memory), so they include that contention.\n\n")
+            + targets_markdown(results, jax.default_backend() == "gpu"))
         if a.out:  # after every workload: a run stopped part-way keeps what it measured
             os.makedirs(a.out, exist_ok=True)
             atomic_write(os.path.join(a.out, "results.json"), json.dumps(
                 {"environment": env, "argv": sys.argv, "isolated": isolated,
+                 "parallel_builds": parallel, "builds_timed_alone": memory or not parallel,
                  "min_time": min_time, "warmup": warmup, "results": results}, indent=1))
             atomic_write(os.path.join(a.out, "table.md"), table + "\n")
     print("\n" + table)

@@ -36,7 +36,7 @@ def test_quick_path_runs_a_tiny_workload(capsys):
     assert "| tiny train" in out and "| ours vs flax nn.RNN (>= 1.3) |" in out
 
 
-@pytest.mark.parametrize("parallel", [[], ["--parallel_builds"]])
+@pytest.mark.parametrize("parallel", [["--no-parallel_builds"], []])
 def test_isolated_times_each_implementation_in_its_own_process(capsys, parallel):
     (res,) = run.main(["--quick", "--workloads", "tiny_lm", "--repeats", "2", "--min_time",
                        "0.01", "--impls", "flax nn.RNN", "--isolated", "--warmup", "0.05",
@@ -56,8 +56,15 @@ def test_a_full_run_isolates_each_implementation_by_default(monkeypatch, tmp_pat
     monkeypatch.setattr(run, "time_isolated", lambda *a: calls.append(a) or {
         n: {"times": [1.0], "compile_s": None, "setup_s": 0.0} for n in a[1]})
     run.main(["--workloads", "tiny_lm", "--repeats", "1", "--no-memory", "--out", str(tmp_path)])
-    assert calls and calls[0][0] == "tiny_lm"
-    assert json.loads((tmp_path / "results.json").read_text())["isolated"] is True
+    assert calls and calls[0][0] == "tiny_lm" and calls[0][5] is True  # built side by side
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert res["isolated"] is res["parallel_builds"] is True
+    assert res["builds_timed_alone"] is False  # no probes: the side-by-side build times
+    assert "builds ran side by side" in (tmp_path / "table.md").read_text()
+    run.main(["--workloads", "tiny_lm", "--repeats", "1", "--no-memory", "--no-parallel_builds",
+              "--out", str(tmp_path)])
+    assert calls[1][5] is False
+    assert json.loads((tmp_path / "results.json").read_text())["builds_timed_alone"] is True
 
 
 def test_results_record_the_cpus_matrix_extensions(monkeypatch, tmp_path):
@@ -76,7 +83,8 @@ def test_results_record_the_cpus_matrix_extensions(monkeypatch, tmp_path):
 
 def test_the_memory_probe_measures_a_fresh_process():
     mem = run.peak_memory("tiny_lm", "ours")
-    assert mem["rss_mb"] > 0
+    assert mem["rss_mb"] > 0  # and the build's times, built alone
+    assert 0 < mem["xla_compile_s"] < mem["compile_s"] <= mem["setup_s"]
     assert (mem["device_mb"] is None) == (jax.default_backend() != "gpu")  # a CPU: RSS only
     row = {"rss_mb": 512.4, "device_mb": 2048.0}
     assert run._memory(row) == "512 (GPU 2,048)" and run._memory({**mem, "rss_mb": 7}) == "7"
