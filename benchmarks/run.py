@@ -298,10 +298,12 @@ class Workers:
     process while every other worker waits on its pipe. The workers share this process's
     environment (the fast-malloc settings), except that PyTorch keeps OpenMP's default wait
     policy. ``info[name]``: the worker's compile time, set-up time and steps per set, or its
-    error. ``parallel`` is for a machine with cores to spare, such as a GPU host, where
-    compiling takes minutes: the workers compile and warm up side by side, so their compile
-    times include that contention, and a set sized from a warm-up slowed by it can fall
-    short of ``min_time``; the timed sets still run one at a time."""
+    error. With ``parallel`` (``main``'s default) the workers compile and warm up side by
+    side: a workload waits for its slowest build, not their sum, and no worker is built
+    first (built one after another, the first ran 1-6% slower for the whole run on a VM,
+    RESULTS.md). Their compile times then include that contention, and a set sized from a
+    warm-up slowed by it can fall short of ``min_time``; the timed sets still run one at a
+    time."""
 
     def __init__(self, workload: str, names: list[str], min_time: float, warmup: float = 0.0,
                  parallel: bool = False):
@@ -338,9 +340,11 @@ class Workers:
     def _lost(self, name: str, e: BaseException) -> dict[str, str]:
         from benchmarks.workloads import OURS
 
+        if name == OURS and isinstance(e, UserError):
+            raise e
         if name == OURS:
-            raise e if isinstance(e, UserError) else UserError(
-                f"the {name} worker stopped answering ({type(e).__name__}: {e})") from e
+            raise UserError(f"the {name} worker stopped answering ({type(e).__name__}: "
+                            f"{e})") from e
         proc = self.procs.pop(name)
         proc.kill()
         proc.wait()
