@@ -100,13 +100,16 @@ def main(argv: list[str] | None = None) -> dict:
     flags = [f"--data_dir={a.data_dir}", *extra]
     print(json.dumps(run.environment()), flush=True)
     rates: dict[str, list[float]] = {"binary": [], **{n: [] for n in names}}
-    with run.Workers(a.config, names, a.min_time, a.warmup) as workers:
+    # built side by side, as benchmarks.run builds them: none carries being built first
+    with run.Workers(a.config, names, a.min_time, a.warmup, parallel=True) as workers:
         if failed := [f"{n}: {i['error']}" for n, i in workers.info.items() if "error" in i]:
             raise UserError(f"could not build {'; '.join(failed)}")
         for _ in range(a.repeats):
             rates["binary"].append(binary_rate(a.config, a.steps, a.log_every, flags))
             for name in names:
-                rates[name].append(w.items / workers.time(name))
+                if (seconds := workers.time(name)) is None:
+                    raise UserError(f"{name} failed: {workers.info[name]['error']}")
+                rates[name].append(w.items / seconds)
     ratios = {n: [b / x for b, x in zip(rates["binary"], rates[n], strict=True)] for n in names}
     lines = ["| repeat | binary, tok/s | " + " | ".join(f"{n}, tok/s | binary / {n}"
                                                          for n in names) + " |",

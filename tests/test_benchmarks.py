@@ -389,6 +389,28 @@ def test_binary_is_timed_against_the_implementations(tmp_path, capsys):
         binary.main(["tiny", "--binary_flags=--vocab_size=60 --seed=3"])
 
 
+def test_binary_says_which_implementation_died(monkeypatch):
+    class Dead:
+        info = {"ours": {}}
+
+        def __init__(self, *a, parallel: bool):
+            assert parallel  # built side by side, as the suite builds them
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+        def time(self, name):
+            self.info[name] = {"error": "UserError: the ours worker exited"}
+
+    monkeypatch.setattr(run, "Workers", Dead)
+    monkeypatch.setattr(binary, "binary_rate", lambda *a: 100.0)
+    with pytest.raises(UserError, match="ours failed: UserError: the ours worker exited"):
+        binary.main(["tiny", "--impls", "ours", "--repeats", "1"])
+
+
 def test_lm_flops_count_every_product():
     c = ptb.CONFIGS["zaremba_small"]  # embed = hidden = 200, 2 layers, V = 10k
     rows = 20 * 20
