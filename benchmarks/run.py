@@ -368,7 +368,10 @@ class Workers:
 
     def close(self) -> None:
         for proc in self.procs.values():
-            proc.stdin.close()
+            try:
+                proc.stdin.close()
+            except OSError:  # a worker that died, its last request unflushed
+                pass
             proc.wait()
 
     def __enter__(self) -> Workers:
@@ -404,6 +407,7 @@ def summarise(w, timings: dict[str, dict]) -> list[dict]:
     timed = {n: t for n, t in timings.items() if "error" not in t}
     gemm_times = [t["times"] for n, t in timed.items() if n.startswith(GEMM)]
     roofs = [w.gemm_flops / min(ts) for ts in zip(*gemm_times, strict=True)]  # per repeat
+    # (none where every roofline failed: then no row has a % GEMM)
 
     def paired(values: list[float]) -> tuple[float, tuple[float, float]]:
         return statistics.median(values), (min(values), max(values))
@@ -412,8 +416,10 @@ def summarise(w, timings: dict[str, dict]) -> list[dict]:
     for name, t in timed.items():
         med, roofline = statistics.median(t["times"]), name.startswith(GEMM)
         work = w.gemm_flops if roofline else w.flops
-        frac, frac_range = paired([work / x / roof for x, roof in zip(t["times"], roofs,
-                                                                    strict=True)])
+        frac = frac_range = None
+        if roofs:
+            frac, frac_range = paired([work / x / roof for x, roof in zip(t["times"], roofs,
+                                                                        strict=True)])
         ours_x = ours_x_range = None
         if not roofline:
             ours_x, ours_x_range = paired([a / b for a, b in zip(t["times"],
@@ -500,10 +506,12 @@ def _fmt(v: float | None, spec: str) -> str:
 
 
 def _compile(row: dict) -> str:
-    """The compile cell: JAX's tracing, lowering and XLA compile time, XLA's in parentheses."""
+    """The compile cell: JAX's tracing, lowering and XLA compile time, XLA's in parentheses;
+    ``*`` where it was measured with the workload's other builds running beside it."""
+    side = " *" if row.get("built_alone") is False else ""
     if row.get("xla_compile_s") is None:
-        return _fmt(row["compile_s"], ".1f")
-    return f"{row['compile_s']:.1f} ({row['xla_compile_s']:.1f})"
+        return _fmt(row["compile_s"], ".1f") + side
+    return f"{row['compile_s']:.1f} ({row['xla_compile_s']:.1f}){side}"
 
 
 def _memory(row: dict) -> str:
@@ -525,7 +533,7 @@ def markdown(results: list[dict]) -> str:
             lines.append(
                 f"| {res['workload']} | {r['impl']} | {r['step_ms']:.2f} | "
                 f"{100 * r['spread']:.0f}% | {rate} | {ours_x} | {r['gflops']:.1f} | "
-                f"{100 * r['gemm_frac']:.0f}% | {_compile(r)} | "
+                f"{_fmt(r['gemm_frac'], '.0%')} | {_compile(r)} | "
                 f"{r['setup_s']:.1f} | {_memory(r)} |")
         for name, error in res.get("not_timed", {}).items():
             lines.append(f"| {res['workload']} | {name} | not timed: {error} |" + " |" * 8)
@@ -550,8 +558,8 @@ def targets_markdown(results: list[dict], gpu: bool) -> str:
             met = x is not None and x >= goals[p] and (lm or p == PORT)
             cells.append("" if x is None else f"**{x:.2f}**" if met else f"{x:.2f}")
         frac = rows["ours"]["gemm_frac"]
-        met = lm and frac >= GEMM_TARGET
-        cells.append(f"**{frac:.1%}**" if met else f"{frac:.1%}")
+        met = lm and frac is not None and frac >= GEMM_TARGET
+        cells.append(f"**{frac:.1%}**" if met else _fmt(frac, ".1%"))
         lines.append(f"| {res['workload']} | " + " | ".join(cells) + " |")
     lines.append("\nBold: meets issue #5's target (before rounding). The targets are set for "
                  "the full suite's workloads; --quick's smaller ones only indicate.")
@@ -637,21 +645,22 @@ def main(argv: list[str] | None = None) -> list[dict]:
         timings = (time_isolated(name, list(w.impls), repeats, min_time, warmup, parallel)
                    if isolated else time_workload(w, repeats, min_time, warmup))
         rows = summarise(w, timings)
-        if memory:  # each probe builds alone: its build figures replace side-by-side ones
-            for r in rows:
-                r.update(peak_memory(name, r["impl"]))
+        for r in rows:  # each probe builds alone: its build figures replace side-by-side ones
+            probed = peak_memory(name, r["impl"]) if memory else {}
+            r.update(probed, built_alone=not parallel or "setup_s" in probed)
         results.append({"workload": w.name, "unit": w.unit, "flops": w.flops, "rows": rows,
                         "not_timed": {k: t["error"] for k, t in timings.items() if "error" in t}})
         print(markdown(results[-1:]), flush=True)
+        alone = all(r["built_alone"] for res in results for r in res["rows"])
         table = (markdown(results) + "\n\n" + (
-            "" if memory or not parallel else "Compile and build times: each workload's "
-            "builds ran side by side (--no-memory), so they include that contention.\n\n")
+            "" if alone else "*: compile and build times measured with the workload's other "
+            "builds beside it (no memory probe, which builds alone), so with contention.\n\n")
             + targets_markdown(results, jax.default_backend() == "gpu"))
         if a.out:  # after every workload: a run stopped part-way keeps what it measured
             os.makedirs(a.out, exist_ok=True)
             atomic_write(os.path.join(a.out, "results.json"), json.dumps(
                 {"environment": env, "argv": sys.argv, "isolated": isolated,
-                 "parallel_builds": parallel, "builds_timed_alone": memory or not parallel,
+                 "parallel_builds": parallel, "builds_timed_alone": alone,
                  "min_time": min_time, "warmup": warmup, "results": results}, indent=1))
             atomic_write(os.path.join(a.out, "table.md"), table + "\n")
     print("\n" + table)

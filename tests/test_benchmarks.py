@@ -60,7 +60,8 @@ def test_a_full_run_isolates_each_implementation_by_default(monkeypatch, tmp_pat
     res = json.loads((tmp_path / "results.json").read_text())
     assert res["isolated"] is res["parallel_builds"] is True
     assert res["builds_timed_alone"] is False  # no probes: the side-by-side build times
-    assert "builds ran side by side" in (tmp_path / "table.md").read_text()
+    assert "*: compile and build times measured with the workload's other builds" in (
+        tmp_path / "table.md").read_text()
     run.main(["--workloads", "tiny_lm", "--repeats", "1", "--no-memory", "--no-parallel_builds",
               "--out", str(tmp_path)])
     assert calls[1][5] is False
@@ -112,6 +113,16 @@ def test_ours_x_is_the_median_paired_ratio_with_its_range():
     assert rows["ours"]["times_ms"] == pytest.approx([1e3, 2e3, 1e3])
 
 
+def test_without_a_roofline_no_row_has_a_gemm_fraction():
+    w = SimpleNamespace(flops=1e9, gemm_flops=1e9, items=100)
+    rows = run.summarise(w, {"ours": {"times": [1.0, 2.0], "compile_s": 1.0, "setup_s": 1.0},
+                             "gemm xla": {"error": "RuntimeError: x"}})
+    assert rows[0]["gemm_frac"] is None and rows[0]["ours_x"] == 1.0
+    res = {"workload": "w", "unit": "tok/s", "rows": rows}
+    assert "| 1.00 (1.00-1.00) | 0.7 | — |" in run.markdown([res])
+    assert run.targets_markdown([res], gpu=False).splitlines()[2] == "| w | — |"
+
+
 def test_each_implementation_warms_up_before_it_is_timed():
     calls = []
 
@@ -152,7 +163,7 @@ def test_a_peer_failing_in_a_timed_set_is_left_out_and_the_others_are_timed(caps
 
     def flaky() -> None:
         calls.append(1)
-        if len(calls) > 3:  # the first step and the warm-up's pass; a timed set fails
+        if len(calls) > 2:  # the first step and the warm-up's pass; a timed set fails
             raise RuntimeError("out of memory")
 
     w = SimpleNamespace(name="w", impls={"ours": lambda: lambda: None, "peer": lambda: flaky})
@@ -161,15 +172,30 @@ def test_a_peer_failing_in_a_timed_set_is_left_out_and_the_others_are_timed(caps
     assert len(out["ours"]["times"]) == 3 and "w: peer not timed" in capsys.readouterr().err
 
 
+class _BrokenPipe(io.StringIO):
+    """A pipe to a process that has exited: flushing or closing it with data raises."""
+
+    def flush(self) -> None:
+        if self.getvalue():
+            raise BrokenPipeError(32, "Broken pipe")
+
+    def close(self) -> None:
+        self.flush()
+
+
 class _FakeWorker:
     """A ``--serve`` worker that answers its build report and ``sets`` timed sets, then
-    dies (its pipe closes); with ``sets=None`` it dies while building."""
+    dies (its pipe closes); with ``sets=None`` it dies while building. With ``broken``, a
+    worker of ``sets=0`` has died before its first set and its stdin is broken, as a real
+    pipe to a dead process is."""
+
+    broken = False
 
     def __init__(self, sets: int | None):
         info = {"compile_s": None, "xla_compile_s": None, "setup_s": 0.0, "iters": 1}
         self.stdout = io.StringIO("" if sets is None else
                                   json.dumps(info) + "\n" + "0.5\n" * sets)
-        self.stdin = io.StringIO()
+        self.stdin = _BrokenPipe() if self.broken and sets == 0 else io.StringIO()
 
     def wait(self) -> int:
         return -9
@@ -193,6 +219,13 @@ def test_a_peer_whose_worker_dies_is_left_out_and_ours_dying_is_an_error(monkeyp
     for parallel in (False, True):
         out = run.time_isolated("w", ["ours", "peer"], 2, 0.01, parallel=parallel)
         assert "exited (status -9)" in out["peer"]["error"] and len(out["ours"]["times"]) == 2
+    monkeypatch.setattr(_FakeWorker, "broken", True)  # its pipe breaks, as a real one does
+    sets = {"ours": 3, "peer": 0}
+    assert "BrokenPipeError" in run.time_isolated("w", ["ours", "peer"], 3, 0.01)["peer"][
+        "error"]
+    sets = {"ours": 0, "peer": 3}  # ours dies: one UserError, its pipe's error swallowed
+    with pytest.raises(UserError, match="the ours worker stopped answering .BrokenPipeError"):
+        run.time_isolated("w", ["ours", "peer"], 3, 0.01)
 
 
 def test_ab_says_which_version_failed(monkeypatch):
@@ -390,8 +423,8 @@ def test_binary_is_timed_against_the_implementations(tmp_path, capsys):
 
 
 def test_binary_says_which_implementation_died(monkeypatch):
-    class Dead:
-        info = {"ours": {}}
+    class Dead:  # ours answers; the peer's worker has died (ours dying raises in Workers)
+        info = {"ours": {}, "flax nn.RNN": {}}
 
         def __init__(self, *a, parallel: bool):
             assert parallel  # built side by side, as the suite builds them
@@ -403,12 +436,14 @@ def test_binary_says_which_implementation_died(monkeypatch):
             pass
 
         def time(self, name):
-            self.info[name] = {"error": "UserError: the ours worker exited"}
+            if name == "ours":
+                return 0.1
+            self.info[name] = {"error": "UserError: the flax nn.RNN worker exited"}
 
     monkeypatch.setattr(run, "Workers", Dead)
     monkeypatch.setattr(binary, "binary_rate", lambda *a: 100.0)
-    with pytest.raises(UserError, match="ours failed: UserError: the ours worker exited"):
-        binary.main(["tiny", "--impls", "ours", "--repeats", "1"])
+    with pytest.raises(UserError, match="flax nn.RNN failed: UserError: the flax nn.RNN"):
+        binary.main(["tiny", "--impls", "ours,flax nn.RNN", "--repeats", "1"])
 
 
 def test_lm_flops_count_every_product():
