@@ -172,6 +172,21 @@ def _count_compiles() -> None:
         jax.monitoring.register_event_duration_secs_listener(listener)
 
 
+def build_first_step(name: str, build: Callable[[], Callable]) -> tuple[Callable, dict]:
+    """Builds implementation ``name`` and runs its first step: the step, and the wall time
+    of both (``setup_s``) with JAX's compile time and XLA's part of it (None for PyTorch's,
+    which compiles nothing)."""
+    _count_compiles()
+    t0, c0 = time.perf_counter(), dict(_compile_seconds)
+    step = build()
+    step()
+    times = {"setup_s": time.perf_counter() - t0, "compile_s": None, "xla_compile_s": None}
+    if "torch" not in name:
+        spent = {e: _compile_seconds[e] - c0[e] for e in _COMPILE_EVENTS}
+        times.update(compile_s=sum(spent.values()), xla_compile_s=spent[_COMPILE_EVENTS[-1]])
+    return step, times
+
+
 def _not_timed(workload: str, name: str, e: BaseException) -> dict[str, str]:
     """A failed implementation's entry, ``{"error": one line}``, announced on stderr."""
     error = f"{type(e).__name__}: {(str(e).strip() or '-').splitlines()[0]}"
@@ -189,18 +204,10 @@ def build_steps(w, min_time: float, warmup: float = 0.0
     ``error``; ours never is."""
     from benchmarks.workloads import OURS
 
-    _count_compiles()
     steps, out = {}, {}
     for name, build in w.impls.items():
-        t0, c0 = time.perf_counter(), dict(_compile_seconds)
         try:
-            steps[name] = build()
-            steps[name]()
-            setup_s = time.perf_counter() - t0
-            compile_s = xla_s = None  # PyTorch compiles nothing
-            if "torch" not in name:
-                spent = {e: _compile_seconds[e] - c0[e] for e in _COMPILE_EVENTS}
-                compile_s, xla_s = sum(spent.values()), spent[_COMPILE_EVENTS[-1]]
+            steps[name], times = build_first_step(name, build)
             t0, warm = time.perf_counter(), 1
             steps[name]()
             while time.perf_counter() - t0 < warmup:  # the heap's and caches' first steps
@@ -213,8 +220,7 @@ def build_steps(w, min_time: float, warmup: float = 0.0
             out[name] = _not_timed(w.name, name, e)
             continue
         per_step = (time.perf_counter() - t0) / warm
-        out[name] = {"compile_s": compile_s, "xla_compile_s": xla_s, "setup_s": setup_s,
-                     "warmup_steps": warm,
+        out[name] = {**times, "warmup_steps": warm,
                      "iters": max(1, round(min_time / max(per_step, 1e-6))), "times": []}
     return steps, out
 
@@ -340,9 +346,9 @@ class Workers:
     def _lost(self, name: str, e: BaseException) -> dict[str, str]:
         from benchmarks.workloads import OURS
 
-        if name == OURS and isinstance(e, UserError):
-            raise e
-        if name == OURS:
+        if name == OURS:  # ours is what the run measures: its failure ends it
+            if isinstance(e, UserError):
+                raise e
             raise UserError(f"the {name} worker stopped answering ({type(e).__name__}: "
                             f"{e})") from e
         proc = self.procs.pop(name)
@@ -476,18 +482,11 @@ def probe(workload: str, impl: str) -> None:
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # resets the high-water mark VmHWM to the current RSS
     base = _status_mb("VmRSS")
-    _count_compiles()
-    t0, c0 = time.perf_counter(), dict(_compile_seconds)
-    step = w.impls[impl]()
-    step()
-    build = {"setup_s": time.perf_counter() - t0, "compile_s": None, "xla_compile_s": None}
-    if "torch" not in impl:
-        spent = {e: _compile_seconds[e] - c0[e] for e in _COMPILE_EVENTS}
-        build.update(compile_s=sum(spent.values()), xla_compile_s=spent[_COMPILE_EVENTS[-1]])
+    step, times = build_first_step(impl, w.impls[impl])
     for _ in range(2):
         step()
     print(json.dumps({"rss_mb": _status_mb("VmHWM") - base,
-                      "device_mb": device_mb and device_mb(), **build}))
+                      "device_mb": device_mb and device_mb(), **times}))
 
 
 def peak_memory(workload: str, impl: str) -> dict[str, float | None]:
