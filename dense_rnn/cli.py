@@ -31,8 +31,9 @@ def stop_on_signals() -> Iterator[Callable[[], bool]]:
     ``should_stop``: the loop checkpoints the step it is on and raises ``Interrupted``. The
     signal itself only sets a flag, so it cannot be lost in a callback that swallows
     exceptions. A second Ctrl-C interrupts at once. In a run of several processes (a TPU
-    pod, ``--multihost``) the signals keep their default action: the processes would have
-    to agree on the step to stop at, and a save by one of them alone would wait forever."""
+    pod, ``--multihost``) the signals keep the handlers they had (a binary's: exit at
+    once, a save in flight lost, none damaged): the processes would have to agree on the
+    step to stop at, and a save by one of them alone would wait forever."""
     import jax
 
     if jax.process_count() > 1:

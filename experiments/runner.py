@@ -89,8 +89,8 @@ def launch(module: str, args: Sequence[str], workdir: str) -> subprocess.Popen |
     ``WORKDIR/command.txt`` and its output appended to ``WORKDIR/train.log``; or returns None
     when the run has finished under this very command. A summary written under another
     command is kept as ``summary.previous.json`` (its command as ``command.previous.txt``)
-    until the new run writes its own; ``run_all`` puts both back if the new run fails or is
-    stopped."""
+    until the new run writes its own; they are put back if it cannot start, and ``run_all``
+    puts them back if it fails or is stopped."""
     os.makedirs(workdir, exist_ok=True)
     fd = files.lock(workdir)  # a run going there (another driver's) fails this one untouched
     if fd is not None:
@@ -105,10 +105,14 @@ def launch(module: str, args: Sequence[str], workdir: str) -> subprocess.Popen |
         os.replace(done, os.path.join(workdir, PREVIOUS["summary.json"]))
         with contextlib.suppress(FileNotFoundError):
             os.replace(recorded, os.path.join(workdir, PREVIOUS["command.txt"]))
-    with open(recorded, "w") as f:
-        f.write(line)
-    with open(os.path.join(workdir, "train.log"), "a") as log:  # the child keeps its copy
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        with open(recorded, "w") as f:
+            f.write(line)
+        with open(os.path.join(workdir, "train.log"), "a") as log:  # the child keeps its copy
+            return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    except BaseException:  # not started (a full disk, say): the finished run's files stay
+        _restore_previous(workdir)
+        raise
 
 
 def run_all(root: str, names: Sequence[str],

@@ -102,6 +102,51 @@ def test_best_step_saved_again_after_a_kill(tmp_path):
     assert meta == {"dev": 0.2}
 
 
+def test_a_best_saved_after_the_latest_checkpoint_is_dropped_on_resume(tmp_path):
+    """Killed between its best and its latest checkpoint of step 5, a run resumes from step
+    4 with the best of step 3, the one its progress records, not the abandoned step 5."""
+    w = {"w": np.zeros(3, np.float32)}
+    with checkpoint.Checkpointer(str(tmp_path), {}) as ckpt:
+        ckpt.save_best(3, {"w": np.full(3, 3.0, np.float32)}, {"dev": 0.3})
+        ckpt.save_progress(w, _Progress(4, 1, 0.0), {})
+        ckpt.save_best(5, {"w": np.full(3, 5.0, np.float32)}, {"dev": 0.5})
+    with checkpoint.Checkpointer(str(tmp_path), {}) as ckpt:
+        assert ckpt.resume(w, _Progress())[1].global_step == 4
+        params, meta = ckpt.restore_best(w)
+    np.testing.assert_array_equal(params["w"], np.full(3, 3.0))
+    assert meta == {"dev": 0.3}
+
+
+def test_without_a_latest_checkpoint_a_resume_drops_every_best(tmp_path):
+    w = {"w": np.zeros(3, np.float32)}
+    with checkpoint.Checkpointer(str(tmp_path), {}) as ckpt:
+        ckpt.save_best(2, w, {"dev": 0.3})
+    with checkpoint.Checkpointer(str(tmp_path), {}) as ckpt:
+        assert ckpt.resume(w, _Progress()) == (w, _Progress())
+        assert ckpt.restore_best(w) is None
+
+
+def test_a_progress_record_of_another_version_is_one_line(tmp_path):
+    w = {"w": np.zeros(3, np.float32)}
+    with checkpoint.Checkpointer(str(tmp_path), {}) as ckpt:
+        ckpt.save(4, w, {"progress": {"global_step": 4, "from_a_newer_version": 1}})
+    with (pytest.raises(UserError, match=r"checkpoints/4 cannot be read \(its progress record"),
+          checkpoint.Checkpointer(str(tmp_path), {}) as ckpt):
+        ckpt.resume(w, _Progress())
+
+
+def test_a_ctrl_c_ignored_before_a_save_stays_ignored(monkeypatch):
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with checkpoint._interrupt_after():
+            signal.raise_signal(signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def test_restore_and_restore_best_refuse_another_structure_alike(tmp_path):
     """Both restores give the same one-line error for a checkpoint of another structure."""
     ckpt = checkpoint.Checkpointer(str(tmp_path), {})

@@ -74,6 +74,13 @@ def test_a_file_that_is_not_utf8_is_a_user_error(tmp_path):
         MetricsWriter(str(tmp_path), resume_step=20)
 
 
+def test_a_records_file_that_cannot_be_read_is_a_user_error(tmp_path):
+    (tmp_path / "metrics.jsonl").mkdir()
+    with pytest.raises(UserError, match=r"cannot read .*metrics.jsonl \(Is a directory\); "
+                                        "repair or delete"):
+        MetricsWriter(str(tmp_path), resume_step=20)
+
+
 def test_only_the_first_process_writes_the_records(tmp_path, monkeypatch):
     """In a multi-host run every process keeps the records; only process 0 writes them."""
     monkeypatch.setattr(jax, "process_index", lambda: 1)

@@ -288,6 +288,23 @@ def test_a_finished_run_is_launched_again_only_under_another_command(tmp_path, m
     assert (workdir / "summary.previous.json").read_text() == '{"epochs": 5}'
 
 
+def test_a_relaunch_that_cannot_start_puts_the_finished_runs_files_back(tmp_path, monkeypatch):
+    def popen(cmd, **kw):
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(runner.subprocess, "Popen", popen)
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    (workdir / "summary.json").write_text('{"epochs": 5}')
+    (workdir / "command.txt").write_text("python -m experiments.ptb_lm --config=tiny\n")
+    failed = runner.run_all(str(tmp_path), ["run"], lambda name: runner.launch(
+        "experiments.ptb_lm", ["--config=tiny", "--max_epochs=9"], str(workdir)), 1)
+    assert len(failed) == 1 and "not started: [Errno 24] Too many open files" in failed[0]
+    assert (workdir / "summary.json").read_text() == '{"epochs": 5}'
+    assert (workdir / "command.txt").read_text() == "python -m experiments.ptb_lm --config=tiny\n"
+    assert not (workdir / "summary.previous.json").exists()
+
+
 def test_a_run_going_in_a_workdir_fails_its_launch_and_keeps_its_records(tmp_path, monkeypatch):
     """Another driver's run training in the workdir: this launch touches nothing there."""
     from dense_rnn import files

@@ -56,8 +56,8 @@ def _interrupt_after() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-    if received:
-        if not callable(previous):
+    if received and previous is not signal.SIG_IGN:
+        if not callable(previous):  # SIG_DFL, or a handler set outside Python
             raise KeyboardInterrupt
         previous(*received[0])
 
@@ -168,8 +168,8 @@ class Checkpointer:
     ``identity`` is the part of the config that must not change across a resume (the
     model and its data); a workdir written under another identity is refused. Its
     ``descriptive`` keys (the paper's numbers beside a config) are stored but not compared,
-    so correcting one leaves the runs resumable. The identity is written with the first
-    checkpoint, so a run that fails before saving anything leaves the workdir free for any
+    so correcting one leaves the runs resumable. The identity is written as the first
+    checkpoint is saved, so a run that fails before that leaves the workdir free for any
     config. One process at a time trains in a workdir: it is locked until ``close`` (or the
     process's end), unless a ``locked`` block around it holds the lock already.
     ``read_only`` (inference) creates, writes and locks nothing there.
@@ -190,7 +190,8 @@ class Checkpointer:
             self._identity_written = stored is not None
             self._latest = _manager(os.path.join(workdir, "checkpoints"), max_to_keep,
                                     not read_only)
-            self._best = _manager(os.path.join(workdir, "best"), 1, not read_only)
+            # two: a resume drops one saved after the latest checkpoint (``resume``)
+            self._best = _manager(os.path.join(workdir, "best"), 2, not read_only)
         except BaseException:
             self._held.close()
             raise
@@ -323,15 +324,34 @@ class Checkpointer:
         ``"progress"``, a dataclass of ``progress``'s type), or both as given before the
         first checkpoint."""
         restored = self.restore(state)
+        self._drop_best_after(self._latest.latest_step())
         if restored is None:
             return state, progress
         state, meta = restored
+        fields = {f.name for f in dataclasses.fields(progress)}
+        if not isinstance(meta.get("progress"), dict) or set(meta["progress"]) - fields:
+            raise UnreadableCheckpoint(f"{self.workdir}/checkpoints/{self._latest.latest_step()}",
+                                       "its progress record is not this version's")
         return state, type(progress)(**meta["progress"])
 
+    def _drop_best_after(self, step: int | None) -> None:
+        """Deletes the best checkpoints after ``step``, the latest one (all without one): a
+        run killed between saving its best and its latest checkpoint of a step left one, of
+        weights the resumed run may not reach again (changed flags, nondeterministic
+        kernels); the best before it, the one the resumed run's progress records, stays."""
+        with _interrupt_after():
+            self._best.wait_until_finished()
+            for s in self._best.all_steps():
+                if step is None or s > step:
+                    self._best.delete(s)
+
     def save_best(self, step: int, params: Any, meta: dict[str, Any]) -> None:
-        """Saves ``params`` and their metadata as the best checkpoint (replacing the last)."""
+        """Saves ``params`` and their metadata as the best checkpoint, finished before it
+        returns: a latest checkpoint saved after it never records a best that is not there."""
         self._save(self._best, step, ocp.args.Composite(
             params=ocp.args.StandardSave(params), meta=ocp.args.JsonSave(meta)))
+        with _interrupt_after():
+            self._best.wait_until_finished()
 
     def restore_best(self, like: Any) -> tuple[Any, dict[str, Any]] | None:
         """The best parameters (structured like ``like``) and their metadata, or None."""
@@ -345,8 +365,10 @@ class Checkpointer:
     def close(self) -> None:
         """Finishes pending saves, releases both checkpoint managers and the workdir."""
         try:
-            self._latest.close()
-            self._best.close()
+            try:
+                self._latest.close()
+            finally:
+                self._best.close()
         finally:
             self._held.close()
 

@@ -4,7 +4,8 @@ Adam (lr 0.005), batches of 200 bucketed by length, cross-entropy plus
 ``l2 * ||W_softmax||^2`` (the ``softmax`` submodule's kernel), dropout keys
 ``fold_in(key(seed), global_step)`` and epoch shuffles seeded by ``(seed, epoch)``, so a
 run resumed from its last checkpoint (written after every epoch and, with
-``checkpoint_every_steps``, every that many steps within one) continues bit for bit.
+``checkpoint_every_steps``, every that many steps within one) continues bit for bit on a
+CPU or TPU (on a GPU, with ``XLA_FLAGS=--xla_gpu_deterministic_ops=true``).
 
 Model selection: the test accuracy reported is that of the epoch with the best dev
 accuracy. ``select="test"`` reports instead the best test accuracy seen during training

@@ -6,7 +6,9 @@ the batch (Zaremba's recipe, for which "lr 1, clip 5" is meant); perplexity is
 reset at the start of every epoch and every evaluation.
 
 Dropout keys are ``fold_in(key(seed), global_step)``, so a run resumed from a checkpoint
-(params, optimizer state, carried state, position in the data) continues bit for bit.
+(params, optimizer state, carried state, position in the data) continues bit for bit on a
+CPU or TPU; on a GPU only with ``XLA_FLAGS=--xla_gpu_deterministic_ops=true`` (the
+embedding's gradient is a scatter-add, whose float sums XLA:GPU orders at random).
 """
 
 from __future__ import annotations

@@ -114,6 +114,9 @@ class MetricsWriter:
         except UnicodeDecodeError:
             raise UserError(f"{self.path} is not UTF-8 text; repair or delete it to "
                             "resume") from None
+        except OSError as e:  # a directory of that name, say
+            raise UserError(f"cannot read {self.path} ({e.strerror}); repair or delete it to "
+                            "resume") from None
         rows = []
         for n, line in enumerate(lines, 1):
             row = _record(line)
