@@ -9,25 +9,29 @@ from dense_rnn.models import LanguageModel
 from tests.test_cells import np_lstm
 
 
-def np_lm(params, tokens, connectivity):
-    """Embedding, LSTM layers (dense: layer l reads [h_{l-1}; ...; h_1; e]), softmax."""
+def np_lm(params, tokens, connectivity, carries=None):
+    """Embedding, LSTM layers (dense: layer l reads [h_{l-1}; ...; h_1; e]), softmax; each
+    layer starts from its ``(c, h)`` in ``carries`` (default zeros). Returns the logits and
+    the final carries."""
     p = jax.tree.map(np.asarray, params)
     e = p["embed"]["embedding"][tokens]  # (B, T, E)
     feats = [e]
     layers = sorted(k for k in p["rnn"] if k.startswith("layer_"))
-    for name in layers:
+    finals = []
+    for k, name in enumerate(layers):
         lp = p["rnn"][name]
         inp = np.concatenate(feats[::-1], -1) if connectivity == "dense" else feats[-1]
         n = lp["w_hh"].shape[0]
         b, t, _ = inp.shape
-        c = h = np.zeros((b, n))
+        c, h = (np.zeros((b, n)),) * 2 if carries is None else map(np.asarray, carries[k])
         hs = []
         for s in range(t):
             c, h = np_lstm(lp, c, h, inp[:, s])
             hs.append(h)
         feats.append(np.stack(hs, 1))
+        finals.append((c, h))
     top = np.concatenate(feats[::-1], -1) if connectivity == "dense" else feats[-1]
-    return top @ p["softmax"]["kernel"] + p["softmax"]["bias"]
+    return top @ p["softmax"]["kernel"] + p["softmax"]["bias"], finals
 
 
 @pytest.mark.parametrize("connectivity", ["dense", "stacked"])
@@ -38,8 +42,27 @@ def test_lm_matches_numpy(x64, connectivity):
     params = model.init(jax.random.key(0), tokens)["params"]
     params = jax.tree.map(lambda x: x.astype(jnp.float64), params)
     logits, _ = model.apply({"params": params}, tokens)
-    np.testing.assert_allclose(logits, np_lm(params, np.asarray(tokens), connectivity),
+    np.testing.assert_allclose(logits, np_lm(params, np.asarray(tokens), connectivity)[0],
                                rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("connectivity", ["dense", "stacked"])
+def test_lm_from_carried_state_matches_numpy(x64, connectivity):
+    """A window that starts from the previous window's state (truncated BPTT): logits and
+    final carries against the reference started from the same state."""
+    model = LanguageModel(vocab_size=13, embed_size=5, hidden_size=4, num_layers=3,
+                          connectivity=connectivity, init_scale=0.5)
+    rng = np.random.default_rng(2)
+    tokens = jnp.asarray(rng.integers(0, 13, (2, 6)))
+    params = model.init(jax.random.key(0), tokens)["params"]
+    params = jax.tree.map(lambda x: x.astype(jnp.float64), params)
+    carries = tuple((rng.normal(size=(2, 4)), rng.normal(size=(2, 4))) for _ in range(3))
+    logits, finals = model.apply({"params": params}, tokens,
+                                 jax.tree.map(jnp.asarray, carries))
+    want, want_finals = np_lm(params, np.asarray(tokens), connectivity, carries)
+    np.testing.assert_allclose(logits, want, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(jax.tree.leaves(finals)),
+                               np.asarray(jax.tree.leaves(want_finals)), rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("connectivity", ["dense", "stacked"])
@@ -52,7 +75,7 @@ def test_lm_nll_with_targets_matches_numpy(x64, connectivity):
     params = model.init(jax.random.key(0), tokens)["params"]
     params = jax.tree.map(lambda x: x.astype(jnp.float64), params)
     nll, _ = model.apply({"params": params}, tokens, None, targets)
-    z = np_lm(params, np.asarray(tokens), connectivity)
+    z, _ = np_lm(params, np.asarray(tokens), connectivity)
     lse = np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1)) + z.max(-1)
     want = lse - np.take_along_axis(z, np.asarray(targets)[..., None], -1)[..., 0]
     np.testing.assert_allclose(nll, want, rtol=1e-10, atol=1e-12)

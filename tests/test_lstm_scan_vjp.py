@@ -81,32 +81,36 @@ def test_forward_is_the_plain_scan_bitwise():
 @pytest.mark.parametrize("use_rmask", [False, True])
 def test_bidirectional_single_scan_matches_two_scans(x64, use_rmask):
     """``Bidirectional`` runs both LSTM directions in one scan; compare with one
-    ``scan_cell`` per direction (autodiff of the plain scan), values and gradients."""
+    ``scan_cell`` per direction (autodiff of the plain scan), values and gradients, also
+    those of the initial carries and the recurrent masks."""
     a = inputs(jnp.float64)
     x = a["xw"][..., :6]
     lengths = jnp.array([T, 3, 0])
     layer = recurrent.Bidirectional("lstm", H, param_dtype=jnp.float64)
     params = layer.init(jax.random.key(1), x, lengths=lengths)["params"]
     rmask = (a["rmask"], 1.5 * a["rmask"]) if use_rmask else None
-    ct = jax.random.normal(jax.random.key(2), (B, T, 2 * H), jnp.float64)
+    keys = jax.random.split(jax.random.key(2), 5)
+    ct = jax.random.normal(keys[0], (B, T, 2 * H), jnp.float64)
+    carry = tuple((jax.random.normal(keys[k], (B, H), jnp.float64),
+                   jax.random.normal(keys[k + 1], (B, H), jnp.float64)) for k in (1, 3))
 
-    def reference(p, x):
+    def reference(p, x, carry, rmask):
         outs = []
-        for name, rev, rm in [("fwd", False, 0), ("bwd", True, 1)]:
+        for name, rev, k in [("fwd", False, 0), ("bwd", True, 1)]:
             q = p[name]
-            zero = (jnp.zeros((B, H), x.dtype),) * 2
-            outs.append(plain_scan(q["w_hh"], cells.project(q, x), zero, lengths, rev, 1,
-                                   None if rmask is None else rmask[rm]))
+            outs.append(plain_scan(q["w_hh"], cells.project(q, x), carry[k], lengths, rev, 1,
+                                   None if rmask is None else rmask[k]))
         return (outs[0][0], outs[1][0]), jnp.concatenate([outs[0][1], outs[1][1]], -1)
 
-    def loss(apply, p, x):
-        (cf, cb), ys = apply(p, x)
+    def loss(apply, *args):
+        (cf, cb), ys = apply(*args)
         return jnp.sum(ys * ct) + jnp.sum(cf[0] * cb[1]) - jnp.sum(cf[1] + cb[0])
 
-    def ours(p, x):
-        return layer.apply({"params": p}, x, lengths=lengths, recurrent_mask=rmask)
+    def ours(p, x, carry, rmask):
+        return layer.apply({"params": p}, x, carry, lengths, rmask)
 
-    ref = jax.value_and_grad(lambda p, x: loss(reference, p, x), argnums=(0, 1))(params, x)
-    got = jax.value_and_grad(lambda p, x: loss(ours, p, x), argnums=(0, 1))(params, x)
+    args = (params, x, carry, rmask)
+    ref = jax.value_and_grad(lambda *a: loss(reference, *a), argnums=(0, 1, 2, 3))(*args)
+    got = jax.value_and_grad(lambda *a: loss(ours, *a), argnums=(0, 1, 2, 3))(*args)
     for r, g in zip(jax.tree.leaves(ref), jax.tree.leaves(got), strict=True):
         assert jnp.allclose(r, g, rtol=1e-12, atol=1e-12)

@@ -11,7 +11,7 @@ import pytest
 from dense_rnn import cells, recurrent
 from dense_rnn.hornn import GatedHORNN
 from dense_rnn.models import DCBiLSTM, HMTextClassifier, LanguageModel
-from tests.test_cells import np_lstm, random_params
+from tests.test_cells import np_gru, np_lstm, random_params
 
 
 def np_scan_lstm(p, x, lengths, reverse):
@@ -43,6 +43,64 @@ def test_scan_matches_numpy_with_lengths(x64, reverse):
     np.testing.assert_allclose(ys, ys_ref, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(h, np.stack([f[1] for f in finals]), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(c, np.stack([f[0] for f in finals]), rtol=1e-10, atol=1e-12)
+
+
+def np_scan(cell, p, x, lengths, reverse, carry, mask):
+    """Float64 reference of any cell over each sequence's real tokens (from its last one when
+    ``reverse``), from the initial ``carry`` (``(c, h)`` for an LSTM, else ``h``); an LSTM's
+    recurrent product reads ``h_{t-1} * mask``. Zeros at padding; returns outputs, finals."""
+    ys = np.zeros(x.shape[:2] + (p["w_hh"].shape[0],))
+    finals = []
+    for i in range(x.shape[0]):
+        state = tuple(a[i] for a in carry) if cell == "lstm" else carry[i]
+        order = range(lengths[i] - 1, -1, -1) if reverse else range(lengths[i])
+        for s in order:
+            if cell == "lstm":
+                c, h = state
+                state = np_lstm(p, c, h * mask[i], x[i, s])
+                ys[i, s] = state[1]
+            else:
+                state = (np_gru(p, state, x[i, s]) if cell == "gru" else
+                         np.tanh(x[i, s] @ p["w_ih"] + state @ p["w_hh"] + p["b"]))
+                ys[i, s] = state
+        finals.append(state)
+    if cell == "lstm":
+        return ys, tuple(np.stack([f[k] for f in finals]) for k in range(2))
+    return ys, np.stack(finals)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru", "rnn"])
+@pytest.mark.parametrize("direction", ["forward", "reverse", "both"])
+def test_layers_from_a_given_carry_with_mask_and_lengths_match_numpy(x64, cell, direction):
+    """``Recurrent`` (either way) and ``Bidirectional`` from random initial carries, with
+    lengths and (LSTM) a recurrent dropout mask per direction, against ``np_scan``."""
+    rng = np.random.default_rng(3)
+    b, t, d, n = 3, 7, 3, 4
+    x = rng.normal(size=(b, t, d))
+    lengths = np.array([7, 3, 1])
+    gates = cells.get_cell(cell).gates
+    if direction == "both":
+        layer = recurrent.Bidirectional(cell, n, param_dtype=jnp.float64)
+    else:
+        layer = recurrent.Recurrent(cell, n, reverse=direction == "reverse",
+                                    param_dtype=jnp.float64)
+    ways = {"both": [False, True], "forward": [False], "reverse": [True]}[direction]
+    params = [random_params(rng, d, n, gates) for _ in ways]
+    carries = [tuple(rng.normal(size=(b, n)) for _ in range(2)) if cell == "lstm"
+               else rng.normal(size=(b, n)) for _ in ways]
+    masks = [rng.integers(0, 2, size=(b, n)) / 0.5 for _ in ways] if cell == "lstm" else None
+    tree = ({"fwd": params[0], "bwd": params[1]} if direction == "both" else params[0])
+    arg = (lambda v: tuple(v)) if direction == "both" else (lambda v: v[0])
+    final, y = layer.apply({"params": jax.tree.map(jnp.asarray, tree)}, jnp.asarray(x),
+                           arg(jax.tree.map(jnp.asarray, carries)), jnp.asarray(lengths),
+                           None if masks is None else arg([jnp.asarray(m) for m in masks]))
+    for k, rev in enumerate(ways):
+        ys, finals = np_scan(cell, params[k], x, lengths, rev, carries[k],
+                             None if masks is None else masks[k])
+        np.testing.assert_allclose(y[..., k * n:(k + 1) * n], ys, rtol=1e-10, atol=1e-12)
+        got = final[k] if direction == "both" else final
+        for a, want in zip(jax.tree.leaves(got), jax.tree.leaves(finals), strict=True):
+            np.testing.assert_allclose(a, want, rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru", "rnn"])
