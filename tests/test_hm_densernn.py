@@ -166,6 +166,21 @@ def test_param_counts_pinned(name):
     assert sum(sizes.values()) - sizes["embed"] - sizes["softmax"] == ours
 
 
+# Table 2's "# Parameters(k)" column at 64 / 128 units (transcribed here, not read from the
+# configs).
+PAPER_PARAMS_K = {
+    "rnn": (23, 55), "gru": (70, 165), "lstm": (94, 220), "hornn": (74, 181),
+    "stacked_rnn": (40, 121), "stacked_gru": (120, 363), "stacked_lstm": (160, 484),
+    "stacked_hornn": (132, 411), "densernn": (48, 153), "densegru": (144, 460),
+    "denselstm": (192, 613), "hm_densernn": (57, 170), "hm_densegru": (170, 560),
+    "hm_denselstm": (225, 746),
+}
+
+
+def test_the_configs_params_column_is_the_papers():
+    assert {model: row[0] for model, row in cfg.TABLE2.items()} == PAPER_PARAMS_K
+
+
 @pytest.mark.parametrize("name", [n for n in HAND_COUNTS if n.rsplit("_", 1)[0] in cfg.TABLE2])
 def test_paper_counts_round_to_table2(name):
     model, units = name.rsplit("_", 1)

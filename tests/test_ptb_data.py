@@ -1,5 +1,7 @@
 """PTB loading through datasets, the stream layout and truncated-BPTT windows."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -31,7 +33,7 @@ def test_windows_shift_targets_by_one():
 def test_vocab_order_and_unk():
     vocab = ptb.build_vocab(["b a a", "c a"])
     assert vocab == ["a", ptb.EOS, "b", "c"]
-    with pytest.raises(UserError, match="not in the training vocabulary"):
+    with pytest.raises(UserError, match="'zzz' of the text is not in the training vocabulary"):
         ptb.encode(["zzz"], {w: i for i, w in enumerate(vocab)})
 
 
@@ -63,6 +65,28 @@ def test_missing(tmp_path):
     (tmp_path / "ptb.test.txt").unlink()
     with pytest.raises(UserError, match="missing PTB file"):
         ptb.load_ptb(d)
+
+
+def test_a_word_missing_from_training_names_its_split(tmp_path):
+    d = write_ptb(tmp_path, train=" a b\n", valid=" a zzz\n")
+    with pytest.raises(UserError, match=r"'zzz' of the valid split \(the files in .*\) is not "
+                                        "in the training vocabulary"):
+        ptb.load_ptb(d)
+
+
+def test_the_files_read_are_those_named_and_as_they_are_now(tmp_path):
+    """A directory name with glob characters is a name, not a pattern; a file rewritten
+    under its old modification time is read afresh."""
+    for name in ("ptb1", "ptb[1]"):
+        (tmp_path / name).mkdir()
+    write_ptb(tmp_path / "ptb1", train=" other corpus\n", valid=" other\n", test=" corpus\n")
+    d = write_ptb(tmp_path / "ptb[1]")
+    assert ptb.load_ptb(d).vocab == [ptb.EOS, "a", "b", "c", "<unk>"]
+    path = tmp_path / "ptb[1]" / "ptb.train.txt"
+    stat = path.stat()
+    path.write_text(" a a b c <unk>\n")
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert ptb.load_ptb(d).vocab == ["a", ptb.EOS, "<unk>", "b", "c"]
 
 
 def test_split_sizes_other_than_mikolovs_warn(tmp_path):

@@ -61,9 +61,11 @@ ZHAO_TABLE2 = {
     "hm_densegru": {"imdb": (90.6, 90.4), "sst5": (46.8, 46.2), "ag": (92.7, 93.3)},
     "hm_denselstm": {"imdb": (89.6, 89.5), "sst5": (45.4, 45.3), "ag": (93.2, 93.5)},
 }
-# Table 3 (SST-5): HM-DenseGRU 64 and its ablations; "- hierarchy" is densegru_64.
-ZHAO_TABLE3 = {"hm_densegru_64": 46.8, "densegru_64": 45.1,
-               "hm_densegru_64_no_multiscale": 46.0, "hm_densegru_64_no_dense_block": 46.3}
+# Table 3 (SST-5): GRU, stacked GRU, HM-DenseGRU and its ablations, each row the config
+# whose Table 2 number it repeats ("- hierarchy" is DenseGRU 128: 45.1).
+ZHAO_TABLE3 = {"gru_128": 46.4, "stacked_gru_128": 45.6, "hm_densegru_64": 46.8,
+               "densegru_128": 45.1, "hm_densegru_64_no_multiscale": 46.0,
+               "hm_densegru_64_no_dense_block": 46.3}
 
 
 @pytest.fixture
@@ -102,7 +104,7 @@ def test_every_suite_config_exists_and_table_aliases(parsed):
     assert [dc_bilstm.paper_accuracy(n, "sst1", 5) for n in dc_bilstm.table_configs(5)] == [
         48.5, 49.2, 49.5, 50.2, 51.0]
     t3 = {rc._arg(j, "config") for j in rc.suite_jobs("hm_table3")}
-    assert "hm_densegru_64_no_hierarchy" not in t3 and "densegru_64" in t3
+    assert "hm_densegru_64_no_hierarchy" not in t3 and "densegru_128" in t3
     assert (hm_densernn.CONFIGS["hm_densegru_64_no_hierarchy"].model_args
             == hm_densernn.CONFIGS["densegru_64"].model_args)
 
@@ -163,7 +165,8 @@ def test_paper_accuracy_of_both_families():
     assert hm_densernn.paper_accuracy("lstm_128", "imdb") == 89.3
     assert hm_densernn.paper_accuracy("hm_densegru_64_no_dense_block", "sst5") == 46.3
     assert hm_densernn.paper_accuracy("densegru_64", "sst5") == 44.9
-    assert hm_densernn.paper_accuracy("densegru_64", "sst5", 3) == 45.1
+    assert hm_densernn.paper_accuracy("densegru_128", "sst5", 3) == 45.1
+    assert hm_densernn.paper_accuracy("densegru_64", "sst5", 3) is None
     assert hm_densernn.paper_accuracy("gru_64", "sst5", 3) is None
     assert hm_densernn.paper_accuracy("gru_64", "mr") is None
 

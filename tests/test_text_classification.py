@@ -124,6 +124,14 @@ def test_a_split_cut_short_is_warned_about(data_dir, tmp_path):
                        "cut short, or another version of sst2?")
 
 
+def test_a_trec_label_may_be_followed_by_a_tab(tmp_path):
+    _write(f"{tmp_path}/trec/train_5500.label", b"DESC:manner\tHow did it end ?\n")
+    _write(f"{tmp_path}/trec/TREC_10.label", b"HUM:ind  Who  won ?\n")
+    raw = tc.load_trec(str(tmp_path))
+    assert raw["train"]["tokens"] == [["how", "did", "it", "end", "?"]]
+    assert raw["test"]["tokens"] == [["who", "won", "?"]]
+
+
 def test_bad_files(tmp_path):
     d = str(tmp_path)
     with pytest.raises(UserError, match="does not exist"):

@@ -1,7 +1,9 @@
 """Penn Treebank for word-level language modelling (Mikolov's splits).
 
-Loaded through Hugging Face ``datasets``: the local ``ptb.{train,valid,test}.txt`` files
-with the ``text`` builder, or a hub dataset (e.g. ``ptb_text_only``) for users online.
+Read from the local ``ptb.{train,valid,test}.txt`` files, or through Hugging Face
+``datasets`` from a hub dataset (e.g. ``ptb_text_only``) for users online. The local files
+are read directly, not by the ``text`` builder, which would take a directory name with
+``[`` or ``*`` as a glob and serve a file rewritten under its old mtime from its cache.
 Each line is a sentence; ``<eos>`` ends it. The corpus is laid out as ``batch`` contiguous
 streams and cut into windows of ``num_steps`` tokens for truncated BPTT (Zaremba et al.).
 """
@@ -58,10 +60,9 @@ def _check_text_file(path: str) -> None:
 
 
 def _load_lines(data_dir: str | None, hf_dataset: str | None) -> dict[str, list[str]]:
-    from dense_rnn.data import hub  # here: Hugging Face datasets only when data is read
-
-    datasets = hub.quiet()
     if hf_dataset:
+        from dense_rnn.data import hub  # here: Hugging Face datasets only when data is read
+
         ds = hub.load(hf_dataset)
         names = {"train": "train", "valid": "validation", "test": "test"}
         if set(names.values()) - set(ds) or not {"sentence", "text"} & set(
@@ -75,10 +76,12 @@ def _load_lines(data_dir: str | None, hf_dataset: str | None) -> dict[str, list[
                         "pass --data_dir=DIR holding ptb.train.txt, ptb.valid.txt and "
                         "ptb.test.txt")
     files = {s: os.path.join(data_dir, f"ptb.{s}.txt") for s in SPLITS}
-    for path in files.values():
+    lines = {}
+    for s, path in files.items():
         _check_text_file(path)
-    ds = datasets.load_dataset("text", data_files=files, keep_in_memory=True)
-    return {s: ds[s]["text"] for s in SPLITS}
+        with open(path, encoding="utf-8") as f:  # decodes: checked just now
+            lines[s] = f.read().splitlines()
+    return lines
 
 
 def build_vocab(lines: list[str]) -> list[str]:
@@ -106,16 +109,18 @@ def read_vocab(path: str) -> list[str]:
                         "it, or use a new --workdir") from None
 
 
-def encode(lines: list[str], word_to_id: dict[str, int]) -> np.ndarray:
-    """Token ids of ``lines``, each line followed by ``EOS``; other words become ``UNK``."""
+def encode(lines: list[str], word_to_id: dict[str, int], source: str = "the text") -> np.ndarray:
+    """Token ids of ``lines``, each line followed by ``EOS``; other words become ``UNK``
+    (an error naming ``source`` without one)."""
     unk = word_to_id.get(UNK)
     ids = []
     for line in lines:
         for w in line.split() + [EOS]:
             i = word_to_id.get(w, unk)
             if i is None:
-                raise UserError(f"word {w!r} is not in the training vocabulary and the "
-                                f"corpus has no {UNK} token")
+                raise UserError(f"word {w!r} of {source} is not in the training vocabulary, "
+                                f"which has no {UNK} token to stand for it; map rare words "
+                                f"to {UNK} in the training split too, as PTB's files do")
             ids.append(i)
     return np.asarray(ids, np.int32)
 
@@ -125,10 +130,10 @@ def load_ptb(data_dir: str | None, hf_dataset: str | None = None) -> Corpus:
     lines = _load_lines(data_dir, hf_dataset)
     vocab = build_vocab(lines["train"])
     word_to_id = {w: i for i, w in enumerate(vocab)}
-    splits = {s: encode(lines[s], word_to_id) for s in SPLITS}
+    source = f"--hf_dataset={hf_dataset}" if hf_dataset else f"the files in {data_dir}"
+    splits = {s: encode(lines[s], word_to_id, f"the {s} split ({source})") for s in SPLITS}
     for s, ids in splits.items():
         if len(ids) < 2:
-            source = f"--hf_dataset={hf_dataset}" if hf_dataset else f"the files in {data_dir}"
             raise UserError(f"PTB split {s!r} holds no text; check {source}")
     return Corpus(vocab=vocab, **splits)
 

@@ -199,7 +199,7 @@ def load_trec(data_dir: str) -> Splits:
         path = os.path.join(data_dir, "trec", name)
         texts, labels = [], []
         for n, line in read_lines(path, "latin-1"):
-            head, _, text = line.partition(" ")
+            head, text = (line.split(None, 1) + [""])[:2]  # the label, then any whitespace
             coarse = head.split(":")[0]
             if coarse not in TREC_LABELS:
                 raise UserError(f"{path}: line {n} has no TREC label "
