@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -239,6 +240,17 @@ def test_glove_refuses_non_glove_files_and_non_finite_values(tmp_path):
         assert glove_dim(str(tmp_path / "g.txt")) == 2
         with pytest.raises(UserError, match=r"g.txt:2: the vector of 'film' is not finite"):
             load_glove(str(tmp_path / "g.txt"))
+    (tmp_path / "g.txt").write_text("the 0.1 0.2\nfilm 1 1e39\n")  # beyond float32: no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserError, match=r"g.txt:2: the vector of 'film' is not finite"):
+            load_glove(str(tmp_path / "g.txt"))
+    (tmp_path / "g.txt").write_text("the 0.1 0.2\nfilm 1 0x1\n")  # not a number, wanted
+    with pytest.raises(UserError, match=r"g.txt:2: the vector of 'film' is not numbers"):
+        load_glove(str(tmp_path / "g.txt"), {"film"})
+    (tmp_path / "tabs.txt").write_text("the\t0.1\t0.2\n")
+    with pytest.raises(UserError, match="tabs.txt has no vector lines .*not space-separated"):
+        load_glove(str(tmp_path / "tabs.txt"))
 
 
 def _toy_splits():

@@ -41,7 +41,8 @@ def _is_number(field: str) -> bool:
 
 
 def _empty(path: str) -> UserError:
-    return UserError(f"embeddings file {path} is empty; pass a GloVe .txt or .txt.gz file")
+    return UserError(f"embeddings file {path} has no vector lines 'word v_1 ... v_d' "
+                     "(empty, or not space-separated); pass a GloVe .txt or .txt.gz file")
 
 
 def _first_line_dim(path: str, n: int, fields: list[str]) -> int:
@@ -83,10 +84,11 @@ def load_glove(
         word = " ".join(fields[: len(fields) - dim])
         if wanted is None or word in wanted:
             try:
-                vectors[word] = np.asarray(fields[-dim:], dtype=np.float32)
+                with np.errstate(over="ignore"):  # beyond float32: the check below says so
+                    vectors[word] = np.asarray(fields[-dim:], dtype=np.float32)
             except ValueError as e:
-                raise UserError(f"cannot read embeddings {path} (ValueError: {e}); expected "
-                                "a UTF-8 GloVe .txt or .txt.gz file") from None
+                raise UserError(f"{path}:{n}: the vector of {word!r} is not numbers ({e}); "
+                                "fix or remove that line") from None
             if not np.isfinite(vectors[word]).all():
                 raise UserError(f"{path}:{n}: the vector of {word!r} is not finite (nan, inf or "
                                 "beyond float32); fix or remove that line")

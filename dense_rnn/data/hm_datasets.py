@@ -98,6 +98,8 @@ def read_ag_csv(path: str) -> tuple[list[str], list[int]]:
         raise UserError(f"{path} is not utf-8 text ({e.reason}); re-save it as utf-8") from None
     except csv.Error as e:
         raise UserError(f"{path} is not a csv file ({e}); restore the original file") from None
+    except OSError as e:
+        raise UserError(f"cannot read {path} ({e.strerror}); check the file") from None
     if not texts:
         raise UserError(f"{path} has no rows; restore the original file")
     return texts, labels
@@ -109,7 +111,8 @@ def load_ag(data_dir: str) -> Splits:
     if not os.path.isfile(paths["train"]):
         raise UserError(AG_TRAIN_MISSING.format(path=paths["train"]))
     if not os.path.isfile(paths["test"]):
-        raise UserError(f"AG News test split missing: {paths['test']} not found")
+        raise UserError(f"AG News test split missing: {paths['test']} not found; put "
+                        "test.csv beside train.csv, or use --hf_dataset=fancyzhx/ag_news")
     train, dev = _split_off(_dataset(*read_ag_csv(paths["train"]), clean_str), DEV_FRACTION,
                             SPLIT_SEED)
     return {"train": train, "dev": dev, "test": _dataset(*read_ag_csv(paths["test"]), clean_str)}
