@@ -39,6 +39,13 @@ def default_xla_flags() -> None:
         os.environ[_ADDED] = added
 
 
+def share_gpu_memory() -> None:
+    """For an inference run, which may share its GPU with a training run: JAX takes GPU
+    memory as it needs it instead of 75% up front (``XLA_PYTHON_CLIENT_PREALLOCATE=false``,
+    unless the user set it). Runs before JAX starts its backend."""
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+
 def user_xla_flags() -> str:
     """``XLA_FLAGS`` as the user set it, without what ``default_xla_flags`` added ("" if
     unset)."""

@@ -37,6 +37,7 @@ from dense_rnn.configs.flags import (
 )
 from dense_rnn.data import DEFAULT_DATA_DIR
 from dense_rnn.errors import UserError
+from dense_rnn.platform import share_gpu_memory
 
 flags.DEFINE_string("config", "dc_bilstm", "Named config, one per paper row: "
                     f"{', '.join(all_configs())}.")
@@ -173,6 +174,7 @@ def run() -> None:
         refuse_given(TRAIN_ONLY + OVERRIDES + MODEL_ARG_FLAGS
                      + ["config", "dataset"] * bool(FLAGS.workdir), FLAGS, "--mode=predict "
                      "reads the trained run's config and vocabulary from --workdir")
+        share_gpu_memory()
         predict(FLAGS.workdir or os.path.join("workdirs", f"{FLAGS.config}_{FLAGS.dataset}"))
         return
     refuse_given(["text_file"], FLAGS, "--mode=train trains on --dataset")

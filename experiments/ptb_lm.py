@@ -26,6 +26,7 @@ from dense_rnn.configs import ptb as ptb_configs
 from dense_rnn.configs.flags import apply_overrides, define_override_flags, refuse_given
 from dense_rnn.data import DEFAULT_DATA_DIR
 from dense_rnn.errors import UserError
+from dense_rnn.platform import share_gpu_memory
 
 flags.DEFINE_string("config", ptb_configs.DEFAULT_CONFIG,
                     "Named config, one per paper row: "
@@ -94,6 +95,10 @@ def infer(workdir: str) -> None:
     print(f"{len(scores.sentences)} sentences, {scores.num_tokens} tokens "
           f"({scores.num_unknown} unknown -> <unk>): log-prob {scores.log_probs.sum():.4f}, "
           f"perplexity {scores.perplexity:.2f}")
+    if scores.num_unknown:
+        print(f"note: {scores.num_unknown} word(s) scored as <unk>, which the model finds "
+              "likely, so they lower the perplexity; PTB's words are lower-case, its numbers "
+              "N, without punctuation: write the text so to score it as PTB", file=sys.stderr)
 
 
 def check_mode_flags() -> None:
@@ -113,6 +118,7 @@ def run() -> None:
     check_mode_flags()
     config = resolve_config()
     if FLAGS.mode != "train":
+        share_gpu_memory()
         infer(FLAGS.workdir or os.path.join("workdirs", config.name))
         return
     from dense_rnn import precision

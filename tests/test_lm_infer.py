@@ -118,6 +118,7 @@ def test_binary_sample_score_and_bad_inputs(workdir, tmp_path):
     lines = r.stdout.strip().splitlines()
     assert len(lines) == 3 and lines[1].endswith("\tw3 qqq")
     assert "(1 unknown -> <unk>)" in lines[2] and "perplexity" in lines[2]
+    assert r.stderr.startswith("note: 1 word(s) scored as <unk>")
     one_line_error(run_binary("--mode=sample", f"--workdir={tmp_path / 'none'}"),
                    "no training run")
     one_line_error(run_binary("--mode=score", f"--workdir={workdir}",

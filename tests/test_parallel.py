@@ -80,6 +80,31 @@ def test_eight_devices_match_one_and_checkpoints_cross_layouts(corpus_dir, tmp_p
     assert summary["data_parallel_devices"] == 8
 
 
+SAVE_ON_TWO = r"""
+import sys
+import jax
+import numpy as np
+from dense_rnn import parallel
+from dense_rnn.train import checkpoint
+
+mesh = parallel.make_mesh(2)
+w = jax.device_put(np.arange(6, dtype=np.float32), parallel.replicated(mesh))
+with checkpoint.Checkpointer(sys.argv[1], {"model": "toy"}) as ckpt:
+    ckpt.save_best(3, {"w": w}, {"dev": 0.5})
+"""
+
+
+def test_parameters_trained_on_two_devices_load_for_inference_on_one(tmp_path):
+    env = {**EIGHT_CPUS, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    r = subprocess.run([sys.executable, "-c", SAVE_ON_TWO, str(tmp_path)], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    like = {"w": jax.ShapeDtypeStruct((6,), np.float32)}
+    best = checkpoint.load_best(str(tmp_path), {"model": "toy"}, like, "later")
+    np.testing.assert_array_equal(best["w"], np.arange(6))
+    assert best["w"].sharding.device_set == {jax.devices()[0]}
+
+
 def test_batch_must_split_over_the_devices():
     parallel.check_batch(3, parallel.make_mesh(1))
     with pytest.raises(UserError, match="--num_devices=5 or a --batch_size that is a multiple"):

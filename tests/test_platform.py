@@ -57,3 +57,12 @@ def test_xla_flags_the_user_set_are_kept(monkeypatch, given):
     monkeypatch.delenv("DENSE_RNN_ADDED_XLA_FLAGS", raising=False)
     platform.default_xla_flags()
     assert os.environ["XLA_FLAGS"] == platform.user_xla_flags() == given
+
+
+def test_inference_runs_take_gpu_memory_as_needed_unless_told(monkeypatch):
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
+    platform.share_gpu_memory()
+    assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "true")
+    platform.share_gpu_memory()
+    assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "true"

@@ -425,7 +425,11 @@ def resume_line(workdir: str, step: int, epoch: int, position: str,
 
 def load_best(workdir: str, identity: dict[str, Any], like: Any, written: str) -> Any:
     """The best parameters of the run in ``workdir`` (structured like ``like``), for
-    inference; ``written`` says when training writes them, for the error without any."""
+    inference, onto this process's first device (whatever devices trained them);
+    ``written`` says when training writes them, for the error without any."""
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    like = jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a), a.dtype, sharding=device),
+                        like)
     with Checkpointer(workdir, identity, read_only=True) as ckpt:  # writes nothing there
         best = ckpt.restore_best(like)
     if best is None:
