@@ -14,37 +14,6 @@ from dense_rnn.models import DCBiLSTM, HMTextClassifier, LanguageModel
 from tests.test_cells import np_gru, np_lstm, random_params
 
 
-def np_scan_lstm(p, x, lengths, reverse):
-    """Step-by-step float64 LSTM over each sequence's real tokens; zeros at padding."""
-    b, t, _ = x.shape
-    n = p["w_hh"].shape[0]
-    ys = np.zeros((b, t, n))
-    finals = []
-    for i in range(b):
-        c = h = np.zeros(n)
-        order = range(lengths[i] - 1, -1, -1) if reverse else range(lengths[i])
-        for s in order:
-            c, h = np_lstm(p, c, h, x[i, s])
-            ys[i, s] = h
-        finals.append((c, h))
-    return ys, finals
-
-
-@pytest.mark.parametrize("reverse", [False, True])
-def test_scan_matches_numpy_with_lengths(x64, reverse):
-    rng = np.random.default_rng(0)
-    p = random_params(rng, 3, 4, 4)
-    x = rng.normal(size=(3, 6, 3))
-    lengths = np.array([6, 2, 4])
-    carry = cells.get_cell("lstm").zero_carry((3,), 4, jnp.float64)
-    (c, h), ys = recurrent.scan_cell(cells.get_cell("lstm"), p, cells.project(p, x), carry,
-                                     jnp.asarray(lengths), reverse=reverse, unroll=2)
-    ys_ref, finals = np_scan_lstm(p, x, lengths, reverse)
-    np.testing.assert_allclose(ys, ys_ref, rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(h, np.stack([f[1] for f in finals]), rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(c, np.stack([f[0] for f in finals]), rtol=1e-10, atol=1e-12)
-
-
 def np_scan(cell, p, x, lengths, reverse, carry, mask):
     """Float64 reference of any cell over each sequence's real tokens (from its last one when
     ``reverse``), from the initial ``carry`` (``(c, h)`` for an LSTM, else ``h``); an LSTM's
@@ -67,6 +36,22 @@ def np_scan(cell, p, x, lengths, reverse, carry, mask):
     if cell == "lstm":
         return ys, tuple(np.stack([f[k] for f in finals]) for k in range(2))
     return ys, np.stack(finals)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_scan_matches_numpy_with_lengths(x64, reverse):
+    rng = np.random.default_rng(0)
+    p = random_params(rng, 3, 4, 4)
+    x = rng.normal(size=(3, 6, 3))
+    lengths = np.array([6, 2, 4])
+    carry = cells.get_cell("lstm").zero_carry((3,), 4, jnp.float64)
+    (c, h), ys = recurrent.scan_cell(cells.get_cell("lstm"), p, cells.project(p, x), carry,
+                                     jnp.asarray(lengths), reverse=reverse, unroll=2)
+    ys_ref, (c_ref, h_ref) = np_scan("lstm", p, x, lengths, reverse, (np.zeros((3, 4)),) * 2,
+                                     np.ones((3, 4)))
+    np.testing.assert_allclose(ys, ys_ref, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(h, h_ref, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(c, c_ref, rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru", "rnn"])
