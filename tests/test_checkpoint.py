@@ -1,11 +1,13 @@
 """The checkpointer: identity across a JSON round trip, re-saving a step after a kill."""
 
 import dataclasses
+import errno
 import os
 import shutil
 import socket
 
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 
 from dense_rnn import files
@@ -198,6 +200,34 @@ def test_an_unreadable_latest_checkpoint_falls_back_to_the_one_before(tmp_path, 
                         r"does not fit this config; use a new --workdir"),
           checkpoint.Checkpointer(str(tmp_path), {}) as ckpt):
         ckpt.restore(like)
+
+
+@pytest.mark.parametrize("error", [
+    OSError(errno.EMFILE, "Too many open files"), PermissionError(errno.EACCES, "denied"),
+    MemoryError(), ValueError("RESOURCE_EXHAUSTED: out of memory reading chunk")])
+def test_a_restore_that_fails_for_want_of_a_resource_moves_nothing(tmp_path, monkeypatch,
+                                                                   error):
+    """Running out of file handles or memory, or a permission error, while reading the
+    latest checkpoint says so in one line and leaves it in place, though an older one
+    would restore: it is not damage, and rerunning resumes from it."""
+    with checkpoint.Checkpointer(str(tmp_path), {}) as ckpt:
+        ckpt.save(1, {"w": np.ones(3, np.float32)}, {"epoch": 1})
+        ckpt.save(2, {"w": np.full(3, 2, np.float32)}, {"epoch": 2})
+    real = ocp.CheckpointManager.restore
+
+    def restore(self, step, *args, **kwargs):
+        if step == 2:
+            raise error
+        return real(self, step, *args, **kwargs)
+
+    monkeypatch.setattr(ocp.CheckpointManager, "restore", restore)
+    with (pytest.raises(UserError, match=r"^checkpoint .*checkpoints/2 could not be read "
+                        r"\(.*\), which is no sign of damage \(nothing was moved\): fix its "
+                        r"cause and rerun the same command to resume$"),
+          checkpoint.Checkpointer(str(tmp_path), {}) as ckpt):
+        ckpt.restore({"w": np.zeros(3, np.float32)})
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["1", "2"]
+    assert not (tmp_path / "unreadable_checkpoints").exists()
 
 
 def test_no_checkpoint_is_moved_aside_unless_an_older_one_restores(tmp_path):

@@ -41,6 +41,17 @@ class UnreadableCheckpoint(UserError):
         self.where, self.why = where, why
 
 
+def _passing(e: Exception) -> bool:
+    """Whether a restore failed for want of a resource (memory, file handles, a disk that
+    did not answer, permission) rather than because the checkpoint is damaged."""
+    if isinstance(e, MemoryError):
+        return True
+    if isinstance(e, OSError):  # a file of the checkpoint missing is damage
+        return not isinstance(e, FileNotFoundError | IsADirectoryError | NotADirectoryError)
+    return any(code in str(e) for code in ("RESOURCE_EXHAUSTED", "PERMISSION_DENIED",
+                                          "UNAVAILABLE", "DEADLINE_EXCEEDED"))
+
+
 @contextlib.contextmanager
 def _interrupt_after() -> Iterator[None]:
     """Holds back Ctrl-C (SIGINT) until the block has run, then hands it to the handler it
@@ -263,8 +274,12 @@ class Checkpointer:
         except Exception as e:  # orbax raises bare Exceptions for damaged files
             why = f"{type(e).__name__}: {str(e).splitlines()[0][:100]}" if str(e) else (
                 type(e).__name__)
-            raise UnreadableCheckpoint(
-                f"{self.workdir}/{manager.directory.name}/{step}", why) from None
+            where = f"{self.workdir}/{manager.directory.name}/{step}"
+            if _passing(e):
+                raise UserError(f"checkpoint {where} could not be read ({why}), which is no "
+                                "sign of damage (nothing was moved): fix its cause and rerun "
+                                "the same command to resume") from None
+            raise UnreadableCheckpoint(where, why) from None
         # orbax restores an array in its stored shape, whatever the one asked for
         for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(out[item]),
                                 jax.tree.leaves(abstract), strict=True):
