@@ -104,12 +104,14 @@ def main(argv: list[str] | None = None) -> dict:
     with run.Workers(a.config, names, a.min_time, a.warmup, parallel=True) as workers:
         if failed := [f"{n}: {i['error']}" for n, i in workers.info.items() if "error" in i]:
             raise UserError(f"could not build {'; '.join(failed)}")
-        for _ in range(a.repeats):
-            rates["binary"].append(binary_rate(a.config, a.steps, a.log_every, flags))
-            for name in names:
-                if (seconds := workers.time(name)) is None:
+        for r in range(a.repeats):
+            for name in run.round_robin(["binary", *names], r):
+                if name == "binary":
+                    rates["binary"].append(binary_rate(a.config, a.steps, a.log_every, flags))
+                elif (seconds := workers.time(name)) is None:
                     raise UserError(f"{name} failed: {workers.info[name]['error']}")
-                rates[name].append(w.items / seconds)
+                else:
+                    rates[name].append(w.items / seconds)
     ratios = {n: [b / x for b, x in zip(rates["binary"], rates[n], strict=True)] for n in names}
     lines = ["| repeat | binary, tok/s | " + " | ".join(f"{n}, tok/s | binary / {n}"
                                                          for n in names) + " |",

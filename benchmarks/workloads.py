@@ -29,6 +29,7 @@ Builder = Callable[[], Step]
 OURS = "ours"
 GEMM = "gemm"  # implementation names starting with this are rooflines
 PORT = "lax.scan port"
+FLAX = "flax nn.RNN"
 LR_STEPS_PER_EPOCH = 1000  # only shapes the learning-rate schedule
 
 
@@ -184,7 +185,7 @@ def lm_workload(name: str, train: bool = True, dtype: str = "float32") -> Worklo
 
     shape = (c.vocab_size, c.embed_size, c.hidden_size, c.num_layers, c.connectivity,
              c.dropout_rate, c.init_scale)
-    peer_impls = {"flax nn.RNN": lambda: jax_impl(peers.FlaxLSTMLM(*shape)),
+    peer_impls = {FLAX: lambda: jax_impl(peers.FlaxLSTMLM(*shape)),
                   "torch nn.LSTM": torch_impl}
     if jax.default_backend() == "gpu" and dtype == "float32":
         peer_impls["jax cuDNN rnn.lstm"] = lambda: jax_impl(
@@ -278,7 +279,7 @@ def dc_bilstm_workload(batch: int = 200, time: int = 50, dl: int | None = None) 
     return classifier_workload(
         c, batch, time,
         {PORT: peers.dc_bilstm_port(*drops, len(features)),
-         "flax nn.RNN": peers.flax_dc_bilstm_port(features, *drops)},
+         FLAX: peers.flax_dc_bilstm_port(features, *drops)},
         flops.dc_bilstm_forward, (batch * time, top_in, 4 * a["th"]),
         torch_model=lambda v, k: peers.torch_dc_bilstm(v, k, c.embed_size, features, *drops))
 

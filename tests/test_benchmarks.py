@@ -137,6 +137,9 @@ def test_each_implementation_warms_up_before_it_is_timed():
     assert 5 <= out["ours"]["iters"] <= 10  # a set of ~0.05 s of ~5-10 ms steps
     calls.clear()
     assert run.build_steps(w, min_time=0.05)[1]["ours"]["warmup_steps"] == 1 == len(calls) - 1
+    # a step slower than the warm-up time still gets MIN_WARMUP_STEPS of them
+    assert run.build_steps(w, min_time=0.05, warmup=1e-4)[1]["ours"]["warmup_steps"] == (
+        run.MIN_WARMUP_STEPS)
 
 
 def test_a_peer_that_fails_is_left_out_with_its_error_and_results_are_kept(tmp_path,
@@ -226,6 +229,30 @@ def test_a_peer_whose_worker_dies_is_left_out_and_ours_dying_is_an_error(monkeyp
     sets = {"ours": 0, "peer": 3}  # ours dies: one UserError, its pipe's error swallowed
     with pytest.raises(UserError, match="the ours worker stopped answering .BrokenPipeError"):
         run.time_isolated("w", ["ours", "peer"], 3, 0.01)
+
+
+def test_a_worker_printing_to_stdout_keeps_its_replies_apart():
+    """Whatever a worker's libraries print to stdout, Python's or C's, goes to stderr; its
+    replies alone reach ``Workers``."""
+    code = ("import os; from benchmarks import run; r = run.own_stdout(); print('stray'); "
+            "os.write(1, b'from C\\n'); print('0.5', file=r, flush=True)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=REPO)
+    assert out.stdout == "0.5\n" and "stray\nfrom C\n" in out.stderr
+
+
+def test_a_peer_whose_reply_is_not_a_number_is_left_out(monkeypatch):
+    class Chatty(_FakeWorker):
+        def __init__(self, sets: int | None):
+            super().__init__(sets)
+            self.stdout = io.StringIO(self.stdout.getvalue().replace("0.5", "hello", 1))
+
+    sets = {"ours": 2, "peer": 2}
+    monkeypatch.setattr(run.subprocess, "Popen",
+                        lambda args, **_: (Chatty if args[5] == "peer" else _FakeWorker)(
+                            sets[args[5]]))
+    out = run.time_isolated("w", ["ours", "peer"], repeats=2, min_time=0.01)
+    assert out["peer"]["error"].startswith("ValueError") and out["ours"]["times"] == [0.5, 0.5]
 
 
 def test_ab_says_which_version_failed(monkeypatch):
@@ -363,6 +390,15 @@ def test_targets_table_marks_what_meets_issue_5s_targets():
     assert caption.startswith("Bold: meets issue #5's target")
     gpu_header = run.targets_markdown(results, gpu=True).splitlines()[0]
     assert "ours vs torch nn.LSTM (>= 0.8)" in gpu_header  # cuDNN's LSTM on a GPU
+    # on a CPU, Flax's bfloat16 step is slower than its float32 one: its ratio is not counted
+    bf16 = [{"workload": "lm_bf16", "unit": "tok/s", "rows": rows(gemm=0.5, **{
+        "torch_nn.LSTM": 1.1, "flax_nn.RNN": 2.5})}]
+    assert run.targets_markdown(bf16, gpu=False).splitlines()[2] == (
+        "| lm_bf16 | **1.10** | 2.50 | 50.0% |")
+    assert run.targets_markdown(bf16, gpu=True).splitlines()[2] == (
+        "| lm_bf16 | **1.10** | **2.50** | 50.0% |")
+    assert "PASSIVE" not in caption
+    assert "flatter ours" in run.targets_markdown(results, False, isolated=False)
 
 
 def test_profile_reports_kernels_of_a_tiny_workload():
