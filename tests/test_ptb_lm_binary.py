@@ -277,6 +277,26 @@ def test_bad_inputs(corpus_dir, tmp_path):
     )
 
 
+def test_a_checkpoint_cut_short_is_one_warning_line_and_the_run_resumes(tmp_path):
+    """The latest checkpoint's files cut short: one warning (no tracebacks of orbax's
+    callbacks left pending) and the run goes on from the checkpoint before."""
+    data, workdir = tmp_path / "ptb", tmp_path / "w"
+    data.mkdir()  # a vocabulary of thousands of words: arrays of several chunks each
+    words = np.random.default_rng(0).integers(0, 3000, 6000).astype(str)
+    for split in ("train", "valid", "test"):
+        (data / f"ptb.{split}.txt").write_text(" ".join(words) + " <unk>\n")
+    common = ["--config=tiny", f"--data_dir={data}", f"--workdir={workdir}",
+              "--max_epochs=1", "--checkpoint_every_steps=20"]
+    assert run_binary(*common, "--max_steps=40").returncode == 0
+    for f in (workdir / "checkpoints" / "40" / "state" / "d").iterdir():  # the array data
+        f.write_bytes(f.read_bytes()[:100])
+    r = run_binary(*common, "--max_steps=60")
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr and "Event loop is closed" not in r.stderr
+    (warning,) = [line for line in r.stderr.splitlines() if line.startswith("warning:")]
+    assert "checkpoints/40 cannot be read" in warning and "resuming from checkpoint 20" in warning
+
+
 def test_other_config_and_nan_keep_the_checkpoint(corpus_dir, tmp_path):
     workdir = str(tmp_path / "w")
     lm.train_and_evaluate(tiny(max_steps=40), corpus_dir, workdir, log=lambda s: None)

@@ -52,6 +52,33 @@ def _passing(e: Exception) -> bool:
                                           "UNAVAILABLE", "DEADLINE_EXCEEDED"))
 
 
+def _brief(e: BaseException, limit: int = 160) -> str:
+    """``e``'s type and the first line of its message, cut at a word within ``limit``."""
+    lines = str(e).splitlines()
+    if not lines:
+        return type(e).__name__
+    msg = lines[0] if len(lines[0]) <= limit else lines[0][:limit].rsplit(" ", 1)[0] + " ..."
+    return f"{type(e).__name__}: {msg}"
+
+
+def _quiet_closed_loops() -> None:
+    """Drops the "Event loop is closed" errors that a failed orbax restore's pending
+    tensorstore callbacks raise after their event loop has gone (a dozen tracebacks above
+    the one line that explains the failure); every other unraisable error is reported as
+    before."""
+    previous = sys.unraisablehook
+    if getattr(previous, "quiet_closed_loops", False):
+        return
+
+    def hook(u: Any) -> None:
+        if not (isinstance(u.exc_value, RuntimeError)
+                and str(u.exc_value) == "Event loop is closed"):
+            previous(u)
+
+    hook.quiet_closed_loops = True  # type: ignore[attr-defined]
+    sys.unraisablehook = hook
+
+
 @contextlib.contextmanager
 def _interrupt_after() -> Iterator[None]:
     """Holds back Ctrl-C (SIGINT) until the block has run, then hands it to the handler it
@@ -267,13 +294,13 @@ class Checkpointer:
             return None
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
         args = {item: ocp.args.StandardRestore(abstract), "meta": ocp.args.JsonRestore()}
+        _quiet_closed_loops()
         try:
             with warnings.catch_warnings():  # orbax < 0.12, on restoring without shardings
                 warnings.filterwarnings("ignore", "Sharding info not provided", UserWarning)
                 out = manager.restore(step, args=ocp.args.Composite(**args))
         except Exception as e:  # orbax raises bare Exceptions for damaged files
-            why = f"{type(e).__name__}: {str(e).splitlines()[0][:100]}" if str(e) else (
-                type(e).__name__)
+            why = _brief(e)
             where = f"{self.workdir}/{manager.directory.name}/{step}"
             if _passing(e):
                 raise UserError(f"checkpoint {where} could not be read ({why}), which is no "
