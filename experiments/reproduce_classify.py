@@ -149,9 +149,16 @@ def _arg(job: Job, name: str) -> str:
     return next(a.split("=", 1)[1] for a in job.args if a.startswith(f"--{name}="))
 
 
-def start(job: Job) -> subprocess.Popen | None:
-    """Launches ``job``, at the learning rate its sweep chose if it has one (None: it has
-    finished under this command)."""
+def reserved(jobs: list[Job]) -> set[str]:
+    """The flags this driver sets for the runs of ``jobs``, which ``--extra`` may not set."""
+    names = {a.lstrip("-").split("=", 1)[0] for j in jobs for a in j.args}
+    return names | {"embeddings", "data_dir", "workdir", "mode"} | (
+        {"learning_rate"} if any(j.lr_from for j in jobs) else set())
+
+
+def start(job: Job, extra: list[str]) -> subprocess.Popen | None:
+    """Launches ``job`` with the flags ``extra``, at the learning rate its sweep chose if it
+    has one (None: it has finished under this command)."""
     args = [*job.args, f"--embeddings={FLAGS.embeddings}"]
     if job.lr_from:
         sweep = runner.summary(FLAGS.root, job.lr_from)
@@ -163,7 +170,7 @@ def start(job: Job) -> subprocess.Popen | None:
         args.append(f"--learning_rate={rate:g}")
     if FLAGS.data_dir:
         args.append(f"--data_dir={FLAGS.data_dir}")
-    return runner.launch("experiments.classify", [*args, *runner.extra_args(FLAGS.extra)],
+    return runner.launch("experiments.classify", [*args, *extra],
                          os.path.join(FLAGS.root, job.name))
 
 
@@ -259,12 +266,13 @@ def plot(jobs: list[Job], out: str) -> None:
 def run() -> None:
     """Runs the suite's unfinished jobs (unless --report_only), then prints its table."""
     jobs = suite_jobs(FLAGS.suite)
+    extra = runner.extra_args(FLAGS.extra, reserved(jobs))
     runner.check(FLAGS.root, FLAGS.parallel, FLAGS.report_only)
     runner.check_parent("plot", FLAGS.plot)
     failed: list[str] = []
     if not FLAGS.report_only:
         by_name = {j.name: j for j in jobs}
-        failed = runner.run_all(FLAGS.root, list(by_name), lambda name: start(by_name[name]),
+        failed = runner.run_all(FLAGS.root, list(by_name), lambda name: start(by_name[name], extra),
                                 FLAGS.parallel, {j.name: j.lr_from for j in jobs if j.lr_from})
     if FLAGS.record:
         runner.record(FLAGS.root, [j.name for j in jobs], FLAGS.record,

@@ -40,14 +40,14 @@ flags.DEFINE_string("report", None, "Also write the table to this file (default 
 flags.DEFINE_string("record", None, "Copy every finished run's records (command, summary, "
                     "metrics, curves) to DIR/CONFIG/, for experiments/results.")
 FLAGS = flags.FLAGS
+RESERVED = ("config", "data_dir", "workdir", "mode")  # the flags each run gets from here
 
 
-def start(name: str) -> subprocess.Popen | None:
-    """Launches the training run of config ``name`` in ``ROOT/name`` (None: it has
-    finished under this command)."""
+def start(name: str, extra: list[str]) -> subprocess.Popen | None:
+    """Launches the training run of config ``name`` in ``ROOT/name`` with the flags
+    ``extra`` (None: it has finished under this command)."""
     data_dir = [f"--data_dir={FLAGS.data_dir}"] if FLAGS.data_dir else []
-    return runner.launch("experiments.ptb_lm",
-                         [f"--config={name}", *data_dir, *runner.extra_args(FLAGS.extra)],
+    return runner.launch("experiments.ptb_lm", [f"--config={name}", *data_dir, *extra],
                          os.path.join(FLAGS.root, name))
 
 
@@ -76,10 +76,11 @@ def run() -> None:
     if unknown:
         raise UserError(f"unknown configs {', '.join(unknown)}; known: "
                         f"{', '.join(ptb_configs.CONFIGS)}")
+    extra = runner.extra_args(FLAGS.extra, RESERVED)
     runner.check(FLAGS.root, FLAGS.parallel, FLAGS.report_only)
     runner.check_parent("report", FLAGS.report)
-    failed = [] if FLAGS.report_only else runner.run_all(FLAGS.root, FLAGS.configs, start,
-                                                         FLAGS.parallel)
+    failed = [] if FLAGS.report_only else runner.run_all(
+        FLAGS.root, FLAGS.configs, lambda name: start(name, extra), FLAGS.parallel)
     if FLAGS.record:
         runner.record(FLAGS.root, FLAGS.configs, FLAGS.record)
     table = report(FLAGS.configs)

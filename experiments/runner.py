@@ -52,10 +52,19 @@ EXTRA_HELP = ("Flags for every run, e.g. --extra=--max_epochs=20; several in one
               "repeated.")
 
 
-def extra_args(values: Sequence[str]) -> list[str]:
+def extra_args(values: Sequence[str], reserved: Sequence[str]) -> list[str]:
     """The flags of every ``--extra`` value, each split at the commas that start another
-    ``--flag`` (a comma inside a value, as in ``--depths=2,4``, stays)."""
-    return [arg for value in values for arg in re.split(r",(?=--)", value) if arg]
+    ``--flag`` (a comma inside a value, as in ``--depths=2,4``, stays). A flag of
+    ``reserved``, which the driver sets for each run itself, is a ``UserError``: the binary
+    would take the last one given, and a table row would report another run's numbers."""
+    args = [arg for value in values for arg in re.split(r",(?=--)", value) if arg]
+    for arg in args:
+        name = arg.lstrip("-").split("=", 1)[0]
+        if name in reserved or (name.startswith("no") and name[2:] in reserved):
+            raise UserError(f"--extra={arg}: the driver sets --{name.removeprefix('no')} "
+                            "for each run itself (see its --help for the flag that chooses "
+                            "it); leave it out of --extra")
+    return args
 
 
 def summary(root: str, name: str) -> dict | None:

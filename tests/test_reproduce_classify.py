@@ -243,6 +243,9 @@ def reproduce(*args):
     (["--suite=dc_table3", "--datasets=mr"], "whose datasets are sst1, sst2"),
     (["--suite=hm_table2", "--units=32"], "--units=32"),
     (["--parallel=0"], "--parallel=0"),
+    (["--extra=--max_epochs=2,--seed=3"], "--extra=--seed=3: the driver sets --seed for each "
+     "run itself"),
+    (["--suite=hm_table2", "--extra=--learning_rate=0.1"], "sets --learning_rate"),
     (["--report_only", "--root=/nonexistent/cls"], "--root=/nonexistent/cls does not exist"),
     (["--plot=/nonexistent/curves.png", "--report_only", "--root=/tmp"],
      "--plot=/nonexistent/curves.png: its directory does not exist"),
@@ -367,11 +370,29 @@ def test_a_failed_relaunch_keeps_the_previous_results_and_is_reported(
 
 
 def test_extra_splits_only_at_commas_that_start_a_flag():
-    assert runner.extra_args(["--depths=2,4,--dry_run", "--lr_sweep=1e-2,1e-3"]) == [
+    assert runner.extra_args(["--depths=2,4,--dry_run", "--lr_sweep=1e-2,1e-3"], ()) == [
         "--depths=2,4", "--dry_run", "--lr_sweep=1e-2,1e-3"]
-    assert runner.extra_args(["--scan_unroll=5,--log_every_steps=400"]) == [
+    assert runner.extra_args(["--scan_unroll=5,--log_every_steps=400"], ()) == [
         "--scan_unroll=5", "--log_every_steps=400"]
-    assert runner.extra_args([]) == []
+    assert runner.extra_args([], ()) == []
+
+
+@pytest.mark.parametrize("extra", ["--config=tiny", "--max_epochs=2,--dataset=mr",
+                                   "--nosweep", "--workdir=/tmp/x"])
+def test_extra_may_not_set_what_the_driver_sets_for_each_run(extra):
+    """Else the binary takes the last value given, and a table row reports another run."""
+    with pytest.raises(UserError, match=r"the driver sets --(config|dataset|sweep|workdir) "
+                       r"for each run itself"):
+        runner.extra_args([extra], ("config", "dataset", "sweep", "workdir"))
+
+
+def test_the_flags_a_suite_reserves_are_those_of_its_runs():
+    dc = [rc.Job("a", ("--config=x", "--dataset=mr", "--folds=0"))]
+    assert rc.reserved(dc) == {"config", "dataset", "folds", "embeddings",
+                                              "data_dir", "workdir", "mode"}
+    hm = [rc.Job("s", ("--config=x", "--seed=0", "--lr_sweep=1,2")),
+          rc.Job("b", ("--config=x", "--seed=1"), lr_from="s")]
+    assert {"lr_sweep", "learning_rate", "seed"} <= rc.reserved(hm)
 
 
 def test_a_failed_relaunch_of_a_run_without_a_recorded_command_is_not_finished_later(
