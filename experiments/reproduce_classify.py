@@ -79,6 +79,8 @@ flags.DEFINE_bool("report_only", False, "Only print the report of the runs under
 flags.DEFINE_string("record", None, "Copy every finished run's records to DIR/RUN/.")
 flags.DEFINE_string("plot", None, "Also draw the dev/test curves of every group to this PNG.")
 FLAGS = flags.FLAGS
+REPORTED = ("test_accuracy", "dev_accuracy", "config", "selection", "num_params",
+            "num_params_paper", "wall_seconds", "device")  # summary fields in the table
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,7 +191,7 @@ def report(jobs: list[Job], table: int) -> str:
     paper's ``table`` gives."""
     groups: dict[tuple[str, str], list[dict]] = collections.defaultdict(list)
     for job in jobs:
-        s = runner.summary(FLAGS.root, job.name)
+        s = runner.summary(FLAGS.root, job.name, REPORTED)
         groups[(_arg(job, "config"), _arg(job, "dataset"))].append(s)
     rows = ["| config | data | params, paper's count (d=300) | params, paper's count (run's d) "
             "| params of the run (no emb.) | runs | test % mean ± sample std | dev % mean "

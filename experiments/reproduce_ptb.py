@@ -41,6 +41,8 @@ flags.DEFINE_string("record", None, "Copy every finished run's records (command,
                     "metrics, curves) to DIR/CONFIG/, for experiments/results.")
 FLAGS = flags.FLAGS
 RESERVED = ("config", "data_dir", "workdir", "mode")  # the flags each run gets from here
+REPORTED = ("num_params", "epochs_completed", "best_valid_ppl", "test_ppl",
+            "train_tokens_per_second", "wall_seconds", "device")  # summary fields in the table
 
 
 def start(name: str, extra: list[str]) -> subprocess.Popen | None:
@@ -57,7 +59,7 @@ def report(names: list[str]) -> str:
             "| paper test | train tok/s | wall | device |", "|" + " --- |" * 11]
     for name in names:
         c = ptb_configs.CONFIGS[name]
-        s = runner.summary(FLAGS.root, name)
+        s = runner.summary(FLAGS.root, name, REPORTED)
         if s is None:
             rows.append(f"| {name} | | {c.paper_params} | not run | | | {c.paper_valid_ppl} "
                         f"| {c.paper_test_ppl} | | | |")

@@ -67,16 +67,18 @@ def extra_args(values: Sequence[str], reserved: Sequence[str]) -> list[str]:
     return args
 
 
-def summary(root: str, name: str) -> dict | None:
+def summary(root: str, name: str, required: Sequence[str] = ()) -> dict | None:
     """The ``summary.json`` of run ``name``, or None while it has not finished; a file that
-    is not a JSON object is a ``UserError``."""
+    is not a JSON object, or lacks a field of ``required``, is a ``UserError``."""
     path = os.path.join(root, name, "summary.json")
     if not os.path.exists(path):
         return None
     try:
         with open(path, encoding="utf-8") as f:
             s = json.load(f)
-        why = None if isinstance(s, dict) else f"a JSON {type(s).__name__}"
+        why = (f"a JSON {type(s).__name__}" if not isinstance(s, dict) else
+               f"no {', '.join(missing)}" if (missing := [k for k in required if k not in s])
+               else None)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         why = str(e)[:60]
     if why:

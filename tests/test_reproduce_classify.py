@@ -257,6 +257,17 @@ def test_bad_input_is_one_error_line(args, match):
     assert len(lines) == 1 and lines[0].startswith("error: ") and match in lines[0], r.stderr
 
 
+def test_a_summary_without_the_reported_fields_is_one_error_line(tmp_path):
+    (tmp_path / "dc_bilstm_trec_s0").mkdir()
+    (tmp_path / "dc_bilstm_trec_s0" / "summary.json").write_text('{"a": 1}')
+    r = reproduce("--report_only", f"--root={tmp_path}", "--datasets=trec", "--seeds=0",
+                  "--configs=dc_bilstm")
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"error: {tmp_path}/dc_bilstm_trec_s0/summary.json is not a run summary (no "
+        "test_accuracy, dev_accuracy, config, selection, num_params, num_params_paper, "
+        "wall_seconds, device); delete it and rerun the command to finish that run again"]
+
+
 def test_a_run_waits_for_its_sweep_and_is_skipped_if_it_failed(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(runner.time, "sleep", lambda s: None)
     started = []

@@ -95,6 +95,9 @@ def test_a_damaged_summary_is_one_error_line(tmp_path):
     (tmp_path / "zaremba_small" / "summary.json").write_text('{"num_params": 46')
     one_line_error(reproduce("--report_only", f"--root={tmp_path}", "--configs=zaremba_small"),
                    f"{tmp_path / 'zaremba_small' / 'summary.json'} is not a run summary")
+    (tmp_path / "zaremba_small" / "summary.json").write_text('{"num_params": 46}')
+    one_line_error(reproduce("--report_only", f"--root={tmp_path}", "--configs=zaremba_small"),
+                   "summary.json is not a run summary (no epochs_completed, best_valid_ppl, ")
 
 
 def test_bad_input_of_one_run_fails_that_run_alone(tmp_path):
