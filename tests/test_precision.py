@@ -154,3 +154,27 @@ def test_bfloat16_lm_step_keeps_bfloat16_products(name):
     operand_types = _dot_operand_types(hlo)
     assert len(operand_types) >= 3 * 2 * c.num_layers
     assert all(t == ("bf16", "bf16") for t in operand_types), operand_types
+
+
+def test_bfloat16_parameters_compute_in_bfloat16_whatever_the_carries_dtype():
+    """The README's recipe: bfloat16 parameters and float32 carries (a stream's state). Every
+    product of the model's gradient keeps bfloat16 operands (a float32 carry would make its
+    layer, and the layers and softmax above it, float32), and the carries come back in the
+    dtype they came in."""
+    c = dataclasses.replace(CONFIGS["tiny"], vocab_size=50)
+    model = lm.make_model(c)
+    params = precision.cast_floating(lm.init_params(c, jax.random.key(0)), jnp.bfloat16)
+    tokens = jnp.zeros((4, 5), jnp.int32)
+    for dtype in (jnp.float32, jnp.bfloat16):
+        carries = model.zero_carries(4, dtype)
+
+        def loss(p, carries=carries):
+            nll, out = model.apply({"params": p}, tokens, carries, tokens)
+            return nll.astype(jnp.float32).sum(), out
+
+        (_, out), _ = jax.value_and_grad(loss, has_aux=True)(params)
+        assert {c.dtype for c in jax.tree.leaves(out)} == {jnp.dtype(dtype)}
+        hlo = jax.jit(jax.grad(lambda p: loss(p)[0])).lower(params).compile().as_text()
+        operand_types = _dot_operand_types(hlo)
+        assert operand_types and all(t == ("bf16", "bf16") for t in operand_types), (
+            dtype, operand_types)

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import DTypeLike
 
-from dense_rnn import cells, recurrent, softmax, stack
+from dense_rnn import cells, precision, recurrent, softmax, stack
 from dense_rnn.dropout import Dropout
 
 Array = jax.Array
@@ -31,7 +31,9 @@ class LanguageModel(nn.Module):
     ``targets`` (batch, time) it returns the per-token NLL ``(batch, time)`` in place of the
     logits, from the fused softmax cross-entropy (``softmax.softmax_cross_entropy``): the
     way to train. Pass the returned carries to the next window for truncated BPTT;
-    ``zero_carries`` starts a stream.
+    ``zero_carries`` starts a stream. The layers compute in the parameters' dtype (bfloat16
+    parameters, cast for a step: bfloat16 throughout), the carries cast to it; they are
+    returned in the dtype they came in.
     """
 
     vocab_size: int
@@ -68,6 +70,7 @@ class LanguageModel(nn.Module):
         e = Dropout(self.dropout_rate, broadcast_dims=broadcast)(e, deterministic)
         if carries is None:
             carries = self.zero_carries(tokens.shape[0], e.dtype)
+        given = [c.dtype for c in jax.tree.leaves(carries)]
         carries, features = stack.RecurrentStack(
             cell="lstm",
             features=(self.hidden_size,) * self.num_layers,
@@ -79,7 +82,9 @@ class LanguageModel(nn.Module):
             recurrent_init=init,
             bias_init=init,
             name="rnn",
-        )(e, carries, deterministic=deterministic)
+        )(e, precision.cast_floating(carries, e.dtype), deterministic=deterministic)
+        carries = jax.tree.unflatten(jax.tree.structure(carries), [
+            c.astype(d) for c, d in zip(jax.tree.leaves(carries), given, strict=True)])
         top = stack.dense_input(features) if self.connectivity == "dense" else features[-1]
         out = softmax.SoftmaxOutput(self.vocab_size, kernel_init=init, bias_init=init,
                                     name="softmax")(top, targets)

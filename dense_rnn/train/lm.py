@@ -101,12 +101,11 @@ def make_train_step(model: LanguageModel, tx: optax.GradientTransformation, seed
         rng = jax.random.fold_in(base_key, step)
 
         def loss_fn(p: Any) -> tuple[jax.Array, tuple[tuple, jax.Array]]:
-            nll, new_carries = model.apply(
-                {"params": precision.cast_floating(p, compute_dtype)}, x,
-                precision.cast_floating(carries, compute_dtype), y, deterministic=False,
-                rngs={"dropout": rng})
+            nll, new_carries = model.apply(  # the float32 carries come back float32
+                {"params": precision.cast_floating(p, compute_dtype)}, x, carries, y,
+                deterministic=False, rngs={"dropout": rng})
             nll = nll.sum()
-            return nll / x.shape[0], (precision.cast_floating(new_carries, jnp.float32), nll)
+            return nll / x.shape[0], (new_carries, nll)
 
         grads, (carries, nll) = jax.grad(loss_fn, has_aux=True)(params)
         updates, opt_state = tx.update(grads, opt_state, params)
@@ -126,9 +125,8 @@ def make_eval_step(model: LanguageModel, compute_dtype: Any = jnp.float32) -> Ev
     def eval_step(params: Any, carries: tuple, x: jax.Array,
                   y: jax.Array) -> tuple[tuple, jax.Array]:
         nll, carries = model.apply({"params": precision.cast_floating(params, compute_dtype)},
-                                   x, precision.cast_floating(carries, compute_dtype), y,
-                                   deterministic=True)
-        return precision.cast_floating(carries, jnp.float32), nll.sum()
+                                   x, carries, y, deterministic=True)
+        return carries, nll.sum()
 
     return jax.jit(eval_step)
 
