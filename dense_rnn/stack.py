@@ -84,7 +84,6 @@ class RecurrentStack(nn.Module):
         x: Array,
         carries: Sequence | None = None,
         lengths: Array | None = None,
-        *,
         deterministic: bool = True,
     ) -> tuple[tuple, list[Array]]:
         """Returns ``(final_carries, [x, h_1, ..., h_L])`` with each ``h_l`` after dropout.

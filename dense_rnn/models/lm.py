@@ -53,7 +53,7 @@ class LanguageModel(nn.Module):
 
     @nn.compact
     def __call__(
-        self, tokens: Array, carries: tuple | None = None, targets: Array | None = None, *,
+        self, tokens: Array, carries: tuple | None = None, targets: Array | None = None,
         deterministic: bool = True,
     ) -> tuple[Array, tuple]:
         """``(logits or per-token NLL, final carries)``; see the class docstring."""
