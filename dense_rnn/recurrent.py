@@ -458,6 +458,12 @@ class Bidirectional(nn.Module):
     bias_init: Initializer = nn.initializers.zeros_init()
     param_dtype: DTypeLike = jnp.float32
 
+    def zero_carry(self, batch: int, dtype: DTypeLike = jnp.float32
+                   ) -> tuple[cells.Carry, cells.Carry]:
+        """The (forward, backward) pair of zero carries for ``batch`` sequences."""
+        zero = cells.get_cell(self.cell).zero_carry((batch,), self.features, dtype)
+        return zero, zero
+
     @nn.compact
     def __call__(
         self,

@@ -23,8 +23,9 @@ from collections.abc import Sequence
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 
-from dense_rnn import recurrent
+from dense_rnn import cells, recurrent
 from dense_rnn.dropout import Dropout, bernoulli
 
 Array = jax.Array
@@ -49,6 +50,7 @@ class RecurrentStack(nn.Module):
       unroll: ``lax.scan`` unroll factor.
       kernel_init / recurrent_init / bias_init: initializers of every layer's ``w_ih``,
         ``w_hh`` and ``b``.
+      param_dtype: the parameters' dtype.
     """
 
     cell: str
@@ -61,6 +63,14 @@ class RecurrentStack(nn.Module):
     kernel_init: recurrent.Initializer = nn.initializers.lecun_normal()
     recurrent_init: recurrent.Initializer = nn.initializers.orthogonal()
     bias_init: recurrent.Initializer = nn.initializers.zeros_init()
+    param_dtype: DTypeLike = jnp.float32
+
+    def zero_carries(self, batch: int, dtype: DTypeLike = jnp.float32) -> tuple:
+        """Zero initial carries of every layer (a forward, backward pair each if
+        ``bidirectional``)."""
+        zero = cells.get_cell(self.cell).zero_carry
+        return tuple((zero((batch,), n, dtype),) * 2 if self.bidirectional
+                     else zero((batch,), n, dtype) for n in self.features)
 
     def dropout(self, x: Array, deterministic: bool) -> Array:
         """Dropout on a layer's output ``x``; one mask per sequence if ``variational``."""
@@ -112,7 +122,8 @@ class RecurrentStack(nn.Module):
             inp = dense_input(outputs) if self.connectivity == "dense" else outputs[-1]
             layer = layer_cls(
                 cell=self.cell, features=n, unroll=self.unroll, kernel_init=self.kernel_init,
-                recurrent_init=self.recurrent_init, bias_init=self.bias_init, name=f"layer_{i}",
+                recurrent_init=self.recurrent_init, bias_init=self.bias_init,
+                param_dtype=self.param_dtype, name=f"layer_{i}",
             )
             rmask = self.recurrent_masks(x.shape[0], n, deterministic)
             carry, h = layer(inp, carry, lengths, rmask)

@@ -456,3 +456,25 @@ def test_a_layer_of_size_zero_is_one_line(layer, message):
 def test_a_model_of_size_zero_is_one_line(model, message):
     with pytest.raises(ValueError, match=message):
         model.init(jax.random.key(0), jnp.zeros((2, 3), jnp.int32))
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_stack_zero_carries_and_param_dtype(cell, bidirectional):
+    """``RecurrentStack.zero_carries`` (and ``Bidirectional.zero_carry``) are the carries a
+    stack starts from, and ``param_dtype`` reaches every layer's parameters."""
+    from dense_rnn.stack import RecurrentStack
+
+    x = jax.random.normal(jax.random.key(1), (3, 5, 4))
+    s = RecurrentStack(cell, (6, 7), "dense", bidirectional, param_dtype=jnp.bfloat16)
+    variables = s.init(jax.random.key(0), x)
+    assert {p.dtype for p in jax.tree.leaves(variables)} == {jnp.dtype(jnp.bfloat16)}
+    zeros = s.zero_carries(3)
+    if bidirectional:
+        pair = recurrent.Bidirectional(cell, 6).zero_carry(3)
+        assert jax.tree.structure(zeros[0]) == jax.tree.structure(pair)
+    (carries, out), (carries0, out0) = s.apply(variables, x), s.apply(variables, x, zeros)
+    assert jax.tree.structure(carries) == jax.tree.structure(zeros)
+    for a, b in zip(jax.tree.leaves((carries, out)), jax.tree.leaves((carries0, out0)),
+                    strict=True):
+        np.testing.assert_array_equal(a, b)
