@@ -44,7 +44,13 @@ import jax
 import jax.numpy as jnp
 
 from dense_rnn import cells
-from dense_rnn.recurrent import Initializer, check_sequence, length_mask, uniform_init
+from dense_rnn.recurrent import (
+    Initializer,
+    check_sequence,
+    check_sizes,
+    length_mask,
+    uniform_init,
+)
 
 Array = jax.Array
 # A dense step takes ``W2^{(n)}`` split by columns into the blocks its recurrent products
@@ -240,6 +246,7 @@ class DenseRecurrent(nn.Module):
     def __call__(self, x: Array, lengths: Array | None = None) -> tuple[cells.Carry, Array]:
         """``x``: (batch, time, in_features) -> ``(final_carry, (batch, time, features))``."""
         check_sequence("DenseRecurrent", x, lengths)
+        check_sizes("DenseRecurrent", features=self.features)
         if x.shape[1] == 0:
             raise ValueError("DenseRecurrent: x has no time steps; give sequences of at least "
                              "one step")

@@ -38,7 +38,7 @@ import jax.numpy as jnp
 
 from dense_rnn import cells
 from dense_rnn.dense_block import DenseRecurrent
-from dense_rnn.recurrent import check_sequence, clamp_lengths
+from dense_rnn.recurrent import check_sequence, check_sizes, clamp_lengths
 
 Array = jax.Array
 
@@ -112,6 +112,7 @@ class HMDenseStack(nn.Module):
     def __call__(self, x: Array, lengths: Array | None = None) -> tuple[cells.Carry, list[Array]]:
         """The top layer's final carry and each layer's states on its own time axis."""
         check_sequence("HMDenseStack", x, lengths)
+        check_sizes("HMDenseStack", features=self.features)
         if not self.depths or min(self.depths) < 1:
             raise ValueError(f"HMDenseStack: depths={tuple(self.depths)}; give one depth of at "
                              "least 1 per layer")

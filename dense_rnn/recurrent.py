@@ -97,8 +97,12 @@ def initial_carry(layer: str, spec: cells.Cell, carry: cells.Carry | None, batch
     carry = jax.tree.map(jnp.asarray, tuple(carry) if isinstance(carry, list) else carry)
     shapes, expected = jax.tree.map(jnp.shape, carry), jax.tree.map(jnp.shape, zero)
     if jax.tree.structure(carry) != jax.tree.structure(zero) or shapes != expected:
+        leaves = jax.tree.leaves(carry)
+        lengths_like = (len(leaves) == 1 and leaves[0].ndim == 1
+                        and jnp.issubdtype(leaves[0].dtype, jnp.integer))
         raise ValueError(f"{layer}: carry must be shaped like zero_carry({batch}), {expected}; "
-                         f"got {shapes}")
+                         f"got {shapes}" + ("; sequence lengths go in lengths=, after the "
+                                            "carry" if lengths_like else ""))
     common = jnp.result_type(dtype, *jax.tree.leaves(carry))
     return jax.tree.map(lambda c: c.astype(common), carry)
 

@@ -291,9 +291,15 @@ def test_malformed_layer_settings_are_one_line_errors():
         (DenseRecurrent("gru", 4, 0), "k=0; the dense depth must be at least 1"),
         (HMDenseStack("gru", 4, (2, 0)), r"depths=\(2, 0\)"),
         (stack.RecurrentStack("lstm", 4), "features=4 must be a sequence"),
+        (DenseRecurrent("gru", 0, 2), "DenseRecurrent: features=0"),
+        (HMDenseStack("gru", 0, (2, 2)), "HMDenseStack: features=0"),
     ]:
         with pytest.raises(ValueError, match=message):
             module.init(jax.random.key(0), x)
+    # lengths passed where the carry goes: the error says where they belong
+    with pytest.raises(ValueError, match=r"got \(2,\); sequence lengths go in lengths=, "
+                       "after the carry"):
+        recurrent.Recurrent("lstm", 4).init(jax.random.key(0), x, jnp.array([8, 3]))
 
 
 def test_gradients_come_back_in_their_parameters_dtype():
