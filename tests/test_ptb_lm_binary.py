@@ -411,7 +411,12 @@ def test_a_changed_patience_applies_on_resume(corpus_dir, tmp_path, monkeypatch)
 
 
 def test_an_eval_batch_too_large_for_a_split_fails_before_training(corpus_dir, tmp_path):
-    with pytest.raises(UserError, match=r"too short for batch size 1000"):
+    with pytest.raises(UserError, match=r"^the valid split of \d+ tokens is too short for "
+                       r"batch size 1000: each of the 1000 streams needs 2 tokens; lower "
+                       r"--eval_batch_size$"):
         lm.train_and_evaluate(tiny(eval_batch_size=1000), corpus_dir, str(tmp_path),
                               log=lambda s: None)
     assert not os.path.exists(tmp_path / "metrics.jsonl")
+    with pytest.raises(UserError, match=r"^the training split .* lower --batch_size$"):
+        lm.train_and_evaluate(tiny(batch_size=100_000), corpus_dir, str(tmp_path / "b"),
+                              log=lambda s: None)

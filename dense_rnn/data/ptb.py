@@ -147,11 +147,15 @@ def size_warning(corpus: Corpus) -> str | None:
             "another corpus?") if other else None
 
 
-def batchify(ids: np.ndarray, batch: int) -> np.ndarray:
-    """Lays ``ids`` out as ``batch`` contiguous streams: ``(batch, len(ids) // batch)``."""
+def batchify(ids: np.ndarray, batch: int, split: str = "a split",
+             flag: str = "the batch size") -> np.ndarray:
+    """Lays ``ids`` out as ``batch`` contiguous streams: ``(batch, len(ids) // batch)``; too
+    few tokens for two a stream is a ``UserError`` naming ``split`` and the ``flag`` that
+    set ``batch``."""
     n = len(ids) // batch
     if n < 2:
-        raise UserError(f"a split of {len(ids)} tokens is too short for batch size {batch}")
+        raise UserError(f"{split} of {len(ids)} tokens is too short for batch size {batch}: "
+                        f"each of the {batch} streams needs 2 tokens; lower {flag}")
     return ids[: batch * n].reshape(batch, n)
 
 

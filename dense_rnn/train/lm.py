@@ -212,13 +212,14 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
         parallel.check_batch(c.batch_size, mesh)
         replicated, batch_sharded = parallel.replicated(mesh), parallel.batch_sharded(mesh)
         compute_dtype = precision.compute_dtype(c.compute_dtype)
-        train_streams = ptb.batchify(corpus.train, c.batch_size)
+        train_streams = ptb.batchify(corpus.train, c.batch_size, "the training split",
+                                     "--batch_size")
         steps_per_epoch = ptb.num_windows(train_streams, c.num_steps, drop_remainder=True)
         if steps_per_epoch < 1:
             raise UserError(f"the training split is too short for batch {c.batch_size} x "
                             f"num_steps {c.num_steps}")
-        for split in (corpus.valid, corpus.test):  # a bad eval batch fails now, not after training
-            ptb.batchify(split, c.eval_batch_size)
+        for name, split in (("valid", corpus.valid), ("test", corpus.test)):  # now, not after
+            ptb.batchify(split, c.eval_batch_size, f"the {name} split", "--eval_batch_size")
         tx = make_optimizer(c, steps_per_epoch)
         params = init_params(c, jax.random.key(c.seed))
         state = {"params": parallel.put(params, replicated),
