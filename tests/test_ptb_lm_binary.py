@@ -353,7 +353,8 @@ def test_bad_workdirs_and_files(corpus_dir, tmp_path):
     assert not (w / "run_identity.json").exists()
     (tmp_path / "file").write_text("x")
     one_line_error(run_binary("--config=tiny", f"--data_dir={corpus_dir}",
-                              f"--workdir={tmp_path / 'file'}"), "cannot use --workdir")
+                              f"--workdir={tmp_path / 'file'}"),
+                   f"--workdir={tmp_path / 'file'} is a file, not a directory; give a directory")
     bad = tmp_path / "bad_identity"
     bad.mkdir()
     (bad / "run_identity.json").write_text("{not json")

@@ -745,3 +745,13 @@ def test_each_loader_tokenises_as_its_spec_says(data_dir, name):
     for split, ds in spec.load(data_dir).items():
         rows = ds.select(range(min(50, len(ds))))
         assert [spec.clean(t).split() for t in rows["text"]] == rows["tokens"], split
+
+
+def test_inference_on_a_workdir_that_is_a_file_says_so(tmp_path):
+    from dense_rnn.train import classify_infer
+
+    (tmp_path / "f").write_text("")
+    with pytest.raises(UserError, match=r"--workdir=.*/f is a file, not a directory; pass"):
+        classify_infer.load(str(tmp_path / "f"))
+    with pytest.raises(UserError, match=r"--workdir=.*/missing does not exist; pass"):
+        classify_infer.load(str(tmp_path / "missing"))

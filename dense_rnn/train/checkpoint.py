@@ -114,6 +114,9 @@ def _lock(workdir: str) -> int | None:
     none does."""
     try:
         os.makedirs(workdir, exist_ok=True)
+    except FileExistsError:
+        raise UserError(f"--workdir={workdir} is a file, not a directory; give a directory "
+                        "for the run") from None
     except OSError as e:
         raise UserError(f"cannot use --workdir={workdir}: {e.strerror}") from None
     fd, error = None, None

@@ -17,6 +17,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from dense_rnn import files
 from dense_rnn.configs.classifier import ClassifierConfig
 from dense_rnn.data import text_classification as tc
 from dense_rnn.errors import UserError
@@ -49,8 +50,8 @@ def _runs_below(workdir: str) -> list[str]:
 def load(workdir: str) -> TrainedClassifier:
     """The best-dev parameters of the run in ``workdir``."""
     if not os.path.isdir(workdir):
-        raise UserError(f"--workdir={workdir} not found; pass the workdir of a finished "
-                        "experiments.classify run")
+        raise UserError(f"--workdir={workdir} {files.not_a(workdir, directory=True)}; pass the "
+                        "workdir of a finished experiments.classify run")
     identity = checkpoint.read_identity(workdir)
     if identity is None:
         runs = _runs_below(workdir)
