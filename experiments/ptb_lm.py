@@ -116,11 +116,15 @@ def check_mode_flags() -> None:
 def run() -> None:
     """Trains ``--config`` (or samples/scores with a trained one, per ``--mode``)."""
     check_mode_flags()
-    config = resolve_config()
-    if FLAGS.mode != "train":
+    if FLAGS.mode != "train":  # the run's own config applies, not --config's overrides
+        if FLAGS.seed is not None and FLAGS.seed < 0:
+            raise UserError(f"--seed={FLAGS.seed} must not be negative")
+        if not FLAGS.workdir and FLAGS.config not in ptb_configs.CONFIGS:
+            resolve_config()  # its unknown-config error
         share_gpu_memory()
-        infer(FLAGS.workdir or os.path.join("workdirs", config.name))
+        infer(FLAGS.workdir or os.path.join("workdirs", FLAGS.config))
         return
+    config = resolve_config()
     from dense_rnn import precision
     from dense_rnn.train import lm  # after flag parsing: keeps --help and errors fast
 
