@@ -178,6 +178,8 @@ def run() -> None:
         predict(FLAGS.workdir or os.path.join("workdirs", f"{FLAGS.config}_{FLAGS.dataset}"))
         return
     refuse_given(["text_file"], FLAGS, "--mode=train trains on --dataset")
+    if FLAGS.hf_dataset:
+        refuse_given(["data_dir"], FLAGS, "--hf_dataset reads the data from the hub")
     if not FLAGS.embeddings:
         refuse_given(["oov"], FLAGS, "without --embeddings every word is learnt (none lacks a "
                      "pretrained vector)")

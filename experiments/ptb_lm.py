@@ -124,6 +124,8 @@ def run() -> None:
         share_gpu_memory()
         infer(FLAGS.workdir or os.path.join("workdirs", FLAGS.config))
         return
+    if FLAGS.hf_dataset:
+        refuse_given(["data_dir"], FLAGS, "--hf_dataset reads the data from the hub")
     config = resolve_config()
     from dense_rnn import precision
     from dense_rnn.train import lm  # after flag parsing: keeps --help and errors fast

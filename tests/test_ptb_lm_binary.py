@@ -246,6 +246,11 @@ def test_a_bad_flag_or_value_is_one_error_line():
     one_line_error(run_binary("--mode=sampel"), "value should be one of <train|sample|score>")
 
 
+def test_hub_data_and_a_data_dir_are_refused_together():
+    one_line_error(run_binary("--config=tiny", "--hf_dataset=ptb_text_only", "--data_dir=x"),
+                   "--hf_dataset reads the data from the hub, so it takes no --data_dir")
+
+
 def test_a_mode_refuses_the_flags_it_would_ignore():
     """Inference reads the trained run's config: a training flag there is an error, as is
     one mode's flag in another (``--seed`` picks the sampled words)."""
