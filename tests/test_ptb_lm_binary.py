@@ -360,6 +360,11 @@ def test_bad_workdirs_and_files(corpus_dir, tmp_path):
     one_line_error(run_binary("--config=tiny", f"--data_dir={corpus_dir}",
                               f"--workdir={tmp_path / 'file'}"),
                    f"--workdir={tmp_path / 'file'} is a file, not a directory; give a directory")
+    cv = tmp_path / "cv"  # a classifier's CV root: the LM's summary.json would replace its
+    (cv / "fold_0").mkdir(parents=True)
+    (cv / "fold_0" / "run_identity.json").write_text("{}")
+    one_line_error(run_binary("--config=tiny", f"--data_dir={corpus_dir}", f"--workdir={cv}"),
+                   f"{cv} holds other runs in fold_0 (a classifier's folds or sweep")
     bad = tmp_path / "bad_identity"
     bad.mkdir()
     (bad / "run_identity.json").write_text("{not json")

@@ -184,6 +184,15 @@ def read_identity(workdir: str) -> dict[str, Any] | None:
     return identity
 
 
+def runs_below(workdir: str) -> list[str]:
+    """The subdirectories of ``workdir`` that hold a run (CV folds, a sweep's rates, runs
+    of a table driver's root), sorted."""
+    if not os.path.isdir(workdir):
+        return []
+    return sorted(d for d in os.listdir(workdir)
+                  if os.path.isfile(os.path.join(workdir, d, IDENTITY_FILE)))
+
+
 def identity_error(workdir: str, stored: dict[str, Any], identity: dict[str, Any],
                    ignored: Sequence[str] = (), where: str = "") -> UserError | None:
     """The error for ``workdir`` (``where``: its subdirectory that holds the run) when its

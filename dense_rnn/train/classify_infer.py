@@ -42,11 +42,6 @@ class TrainedClassifier:
         return spec.class_names or tuple(map(str, range(spec.num_classes)))
 
 
-def _runs_below(workdir: str) -> list[str]:
-    return sorted(d for d in os.listdir(workdir)
-                  if os.path.isfile(os.path.join(workdir, d, checkpoint.IDENTITY_FILE)))
-
-
 def load(workdir: str) -> TrainedClassifier:
     """The best-dev parameters of the run in ``workdir``."""
     if not os.path.isdir(workdir):
@@ -54,7 +49,7 @@ def load(workdir: str) -> TrainedClassifier:
                         "workdir of a finished experiments.classify run")
     identity = checkpoint.read_identity(workdir)
     if identity is None:
-        runs = _runs_below(workdir)
+        runs = checkpoint.runs_below(workdir)
         hint = (f"pass one of its runs, e.g. --workdir={os.path.join(workdir, runs[0])}"
                 if runs else "pass the --workdir of a finished experiments.classify run")
         raise UserError(f"no training run in {workdir} (no {checkpoint.IDENTITY_FILE}); {hint}")

@@ -196,6 +196,10 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
     ``check_sizes`` is False (a deliberate excerpt)."""
     wall_start = time.time()
     identity = {k: v for k, v in c.to_dict().items() if k not in RESUMABLE_FIELDS}
+    if runs := checkpoint.runs_below(workdir):  # its summary.json is theirs
+        raise UserError(f"{workdir} holds other runs in {', '.join(runs[:3])}"
+                        f"{', ...' if len(runs) > 3 else ''} (a classifier's folds or sweep, "
+                        "or a table driver's root); use a new --workdir")
     corpus = ptb.load_ptb(data_dir, hf_dataset)
     if len(corpus.vocab) > c.vocab_size:
         raise UserError(f"the corpus has {len(corpus.vocab)} word types but the config's "
