@@ -1,6 +1,7 @@
 """The ptb_lm binary end to end: outputs, exact resume after a kill, bad input."""
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -431,3 +432,26 @@ def test_an_eval_batch_too_large_for_a_split_fails_before_training(corpus_dir, t
     with pytest.raises(UserError, match=r"^the training split .* lower --batch_size$"):
         lm.train_and_evaluate(tiny(batch_size=100_000), corpus_dir, str(tmp_path / "b"),
                               log=lambda s: None)
+
+
+@pytest.mark.parametrize("more_epochs", [True, False])
+def test_unreadable_best_parameters_are_chosen_anew(corpus_dir, tmp_path, capsys, more_epochs):
+    """Best parameters cut short are reported and set aside when the run resumes: a run
+    with epochs to go picks its best from their validations; a finished one lets its latest
+    parameters stand for the best. Either way the summary is whole and names them."""
+    workdir = str(tmp_path / "w")
+    lm.train_and_evaluate(tiny(max_epochs=2), corpus_dir, workdir, log=lambda s: None)
+    for f in (tmp_path / "w" / "best").rglob("*"):
+        if f.is_file() and f.parent.name == "d":
+            f.write_bytes(f.read_bytes()[:10])
+    lines = []
+    summary = lm.train_and_evaluate(tiny(max_epochs=3 if more_epochs else 2), corpus_dir,
+                                    workdir, log=lines.append)
+    assert "best checkpoint" in capsys.readouterr().err
+    assert any(d.startswith("best.") for d in os.listdir(tmp_path / "w" / "unreadable_checkpoints"))
+    assert summary["best_epoch"] == (3 if more_epochs else 2)
+    assert math.isfinite(summary["best_valid_ppl"]) and math.isfinite(summary["test_ppl"])
+    again = lm.train_and_evaluate(tiny(max_epochs=3 if more_epochs else 2), corpus_dir,
+                                  workdir, log=lambda s: None)  # consistent from now on
+    assert (again["best_epoch"], again["best_valid_ppl"], again["test_ppl"]) == (
+        summary["best_epoch"], summary["best_valid_ppl"], summary["test_ppl"])

@@ -411,6 +411,28 @@ class Checkpointer:
         """The best parameters (structured like ``like``) and their metadata, or None."""
         return self._restore(self._best, "params", like)
 
+    def best_readable(self, like: Any) -> bool:
+        """Whether the best parameters, if any, can be read (structured like ``like``); when
+        they cannot (a file cut short, say), every best checkpoint is reported on stderr and
+        moved to ``WORKDIR/unreadable_checkpoints/best.*``, so that the resumed run chooses
+        its best parameters anew (their progress record no longer stands)."""
+        try:
+            self.restore_best(like)
+            return True
+        except UnreadableCheckpoint as e:
+            aside = os.path.join(self.workdir, "unreadable_checkpoints",
+                                 f"best.{time.strftime('%Y%m%d-%H%M%S')}")
+            os.makedirs(os.path.dirname(aside), exist_ok=True)
+            self._best.wait_until_finished()
+            self._best.close()
+            os.replace(self._best.directory, aside)
+            self._best = _manager(str(self._best.directory), 2)
+            print(f"warning: best checkpoint {e.where} cannot be read ({e.why}): moved "
+                  f"{len(os.listdir(aside))} best checkpoint(s) to {aside}; the best "
+                  "parameters are chosen anew from the validations to come",
+                  file=sys.stderr, flush=True)
+            return False
+
     def wait(self) -> None:
         """Blocks until every pending (asynchronous) save has finished."""
         self._latest.wait_until_finished()

@@ -230,6 +230,8 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
                  "opt_state": parallel.put(tx.init(params), replicated),
                  "carries": parallel.put(model.zero_carries(c.batch_size), batch_sharded)}
         state, progress = ckpt.resume(state, Progress())
+        if not ckpt.best_readable(state["params"]):
+            progress.best_valid_ppl, progress.best_epoch = float("inf"), 0
         checkpoint.check_steps_per_epoch(workdir, progress, steps_per_epoch)
         progress.done = checkpoint.early_stopped(progress.bad_epochs, c.early_stopping_patience)
         finished = checkpoint.finished_because(progress.done, progress.epoch, c.max_epochs,
@@ -352,6 +354,16 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
         ckpt.wait()
         best = ckpt.restore_best(state["params"])
         best_params = best[0] if best is not None else state["params"]
+        if best is None and progress.global_step and math.isinf(progress.best_valid_ppl):
+            # its best checkpoints were unreadable and no validation since has improved on inf
+            progress.best_valid_ppl = evaluate(model, eval_step, best_params, corpus.valid,
+                                               c.eval_batch_size, c.num_steps, mesh)
+            progress.best_epoch = round(progress.epoch + progress.step_in_epoch
+                                        / steps_per_epoch, 4)
+            ckpt.save_best(progress.global_step, best_params,
+                           {"valid_ppl": progress.best_valid_ppl})
+            save()  # the progress record that names them
+            log("no best checkpoint is left: the latest parameters stand for the best")
         test_ppl = evaluate(model, eval_step, best_params, corpus.test, c.eval_batch_size,
                             c.num_steps, mesh)
         log(f"test ppl {test_ppl:.2f} (best valid ppl {progress.best_valid_ppl:.2f}, "
