@@ -33,6 +33,7 @@ from types import ModuleType
 import numpy as np
 from absl import flags
 
+from dense_rnn import files
 from dense_rnn.cli import run_binary
 from dense_rnn.configs import dc_bilstm, hm_densernn
 from dense_rnn.data import DEFAULT_DATA_DIR
@@ -129,6 +130,23 @@ def _hm_jobs(configs: list[str], dataset: str, extra: tuple[str, ...] = ()) -> l
         jobs += [Job(f"{config}_{dataset}_s{s}", (*base, f"--seed={s}"), lr_from=sweep)
                  for s in FLAGS.seeds if s != "0"]
     return jobs
+
+
+def check_shared_flags() -> None:
+    """The flags every run of the suite shares, checked once here rather than by each run
+    it would start (and leave a workdir behind)."""
+    for name, values in (("seeds", FLAGS.seeds), ("folds", FLAGS.folds)):
+        if not values or not all(v.isdigit() for v in values):
+            raise UserError(f"--{name}={','.join(values or [])}: give numbers like 0,1,2")
+    if bad := [f for f in FLAGS.folds if int(f) >= min(CV_DATASETS.values())]:
+        raise UserError(f"--folds={','.join(bad)} out of range: {', '.join(CV_DATASETS)} have "
+                        f"folds 0-{min(CV_DATASETS.values()) - 1}")
+    if FLAGS.embeddings and not os.path.isfile(FLAGS.embeddings):
+        raise UserError(f"--embeddings={FLAGS.embeddings} {files.not_a(FLAGS.embeddings)}; "
+                        "pass a GloVe text file (.txt or .txt.gz)")
+    if FLAGS.data_dir and not os.path.isdir(FLAGS.data_dir):
+        raise UserError(f"--data_dir={FLAGS.data_dir} "
+                        f"{files.not_a(FLAGS.data_dir, directory=True)}")
 
 
 def suite_jobs(suite: str) -> list[Job]:
@@ -269,6 +287,8 @@ def run() -> None:
     """Runs the suite's unfinished jobs (unless --report_only), then prints its table."""
     jobs = suite_jobs(FLAGS.suite)
     extra = runner.extra_args(FLAGS.extra, reserved(jobs))
+    if not FLAGS.report_only:
+        check_shared_flags()
     runner.check(FLAGS.root, FLAGS.parallel, FLAGS.report_only)
     runner.check_parent("plot", FLAGS.plot)
     failed: list[str] = []

@@ -22,6 +22,7 @@ import subprocess
 
 from absl import flags
 
+from dense_rnn import files
 from dense_rnn.cli import run_binary
 from dense_rnn.configs import ptb as ptb_configs
 from dense_rnn.errors import UserError
@@ -79,6 +80,9 @@ def run() -> None:
         raise UserError(f"unknown configs {', '.join(unknown)}; known: "
                         f"{', '.join(ptb_configs.CONFIGS)}")
     extra = runner.extra_args(FLAGS.extra, RESERVED)
+    if FLAGS.data_dir and not FLAGS.report_only and not os.path.isdir(FLAGS.data_dir):
+        raise UserError(f"--data_dir={FLAGS.data_dir} "
+                        f"{files.not_a(FLAGS.data_dir, directory=True)}")
     runner.check(FLAGS.root, FLAGS.parallel, FLAGS.report_only)
     runner.check_parent("report", FLAGS.report)
     failed = [] if FLAGS.report_only else runner.run_all(

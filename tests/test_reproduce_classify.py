@@ -243,6 +243,11 @@ def reproduce(*args):
     (["--suite=dc_table3", "--datasets=mr"], "whose datasets are sst1, sst2"),
     (["--suite=hm_table2", "--units=32"], "--units=32"),
     (["--parallel=0"], "--parallel=0"),
+    (["--seeds=0,x"], "--seeds=0,x: give numbers like 0,1,2"),
+    (["--folds=3,12"], "--folds=12 out of range: mr, subj have folds 0-9"),
+    (["--embeddings=/nonexistent/g.txt"], "--embeddings=/nonexistent/g.txt does not exist; "
+     "pass a GloVe text file"),
+    (["--data_dir=/nonexistent/d"], "--data_dir=/nonexistent/d does not exist"),
     (["--extra=--max_epochs=2,--seed=3"], "--extra=--seed=3: the driver sets --seed for each "
      "run itself"),
     (["--suite=hm_table2", "--extra=--learning_rate=0.1"], "sets --learning_rate"),

@@ -33,6 +33,9 @@ def test_bad_input_is_one_error_line(tmp_path):
     one_line_error(reproduce("--report_only", f"--root={tmp_path}",
                              f"--report={missing}/t.md"), "directory does not exist")
     one_line_error(reproduce("stray"), "unexpected arguments 'stray'")
+    one_line_error(reproduce(f"--root={tmp_path}", f"--data_dir={missing}"),
+                   f"--data_dir={missing} does not exist")
+    assert not missing.exists() and not (tmp_path / "zaremba_small").exists()
     one_line_error(reproduce(f"--root={tmp_path}", "--configs=zaremba_small",
                              "--extra=--config=tiny,--dry_run"),
                    "--extra=--config=tiny: the driver sets --config for each run itself")
@@ -82,9 +85,11 @@ def test_runs_record_a_runnable_command_line(tmp_path):
 
 
 def test_a_failed_run_is_reported_with_its_error(tmp_path):
-    r = reproduce(f"--root={tmp_path}", "--configs=tiny", "--data_dir=/nonexistent")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = reproduce(f"--root={tmp_path}", "--configs=tiny", f"--data_dir={empty}")
     log = tmp_path / "tiny" / "train.log"
-    assert (f"failed tiny (exit 2: error: PTB data dir '/nonexistent' does not exist; pass "
+    assert (f"failed tiny (exit 2: error: missing PTB file {empty}/ptb.train.txt; pass "
             f"--data_dir=DIR holding ptb.train.txt, ptb.valid.txt and ptb.test.txt; its log: "
             f"{log})") in r.stdout
     one_line_error(r, "1 run(s) did not finish: tiny (exit 2)")
