@@ -142,6 +142,10 @@ def environment() -> dict:
     cpu, features = cpu_info()
     return {
         "commit": _commit(), "cpu": cpu, "cpu_features": features, "cores": os.cpu_count(),
+        # XLA's CPU thread pool takes every CPU this process may run on; PyTorch's default
+        # is the physical cores: on a host with hyper-threads the two differ (torch_threads)
+        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+        else os.cpu_count(),
         "load_avg": os.getloadavg(),
         "python": platform.python_version(), "jax": jax.__version__, "flax": flax.__version__,
         "optax": optax.__version__, **torch_info, "jax_device": str(jax.devices()[0]),
@@ -652,6 +656,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
         warmup = 0.0 if a.quick else 3.0  # --quick is the smoke path, in < 1 min
     env = environment()
     print(json.dumps(env), flush=True)
+    if env.get("torch_threads", env["cpus_usable"]) != env["cpus_usable"]:
+        print(f"note: PyTorch runs {env['torch_threads']} threads, XLA {env['cpus_usable']} "
+              "(every usable CPU): set OMP_NUM_THREADS (PyTorch) or the process's CPU "
+              "affinity (both) to compare them at one count", file=sys.stderr)
     has_torch = importlib.util.find_spec("torch") is not None
     if not has_torch:
         print("PyTorch is not installed (BUILD.md: the CPU build of torch 2.13.0 from "

@@ -80,6 +80,7 @@ def test_results_record_the_cpus_matrix_extensions(monkeypatch, tmp_path):
     assert run.cpu_info() == ("Some Xeon", ["avx2", "fma", "avx512f", "amx_tile", "amx_bf16"])
     env = run.environment()
     assert env["cpu"] == "Some Xeon" and env["cpu_features"][-1] == "amx_bf16"
+    assert env["cpus_usable"] == len(os.sched_getaffinity(0))  # XLA's thread count
 
 
 def test_the_memory_probe_measures_a_fresh_process():
