@@ -256,6 +256,10 @@ def classifier_workload(c: ClassifierConfig, batch: int, time: int,
         return step
 
     torch_impls = {} if torch_model is None else {"torch nn.LSTM": torch_impl}
+    if c.freeze_embeddings:  # XLA would drop d(input) of the products reading only e
+        raise ValueError(f"{c.name}: flops.TRAIN_FACTOR counts the gradient into every "
+                         "layer's input, which frozen embeddings leave partly unused; "
+                         "benchmark a config that trains its embeddings")
     return Workload(
         name=f"{c.name} train B={batch} T={time}", unit="ex/s", items=batch,
         flops=flops.TRAIN_FACTOR * forward_flops(c, batch, time, num_classes),
