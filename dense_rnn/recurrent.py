@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -86,6 +87,16 @@ def check_sizes(layer: str, **sizes: int) -> None:
         raise ValueError(f"{layer}: {bad}; sizes must be at least 1")
 
 
+def lengths_hint(carry: Any) -> str:
+    """A note for an error about ``carry`` when it looks like sequence lengths (a 1-D integer
+    array), given positionally in the carry's place; else ``""``."""
+    leaves = jax.tree.leaves(carry)
+    if len(leaves) == 1 and jnp.ndim(leaves[0]) == 1 and jnp.issubdtype(
+            jnp.result_type(leaves[0]), jnp.integer):
+        return "; sequence lengths go in lengths=, after the carry"
+    return ""
+
+
 def initial_carry(layer: str, spec: cells.Cell, carry: cells.Carry | None, batch: int,
                   features: int, dtype: DTypeLike) -> cells.Carry:
     """``carry``, or the zero carry if ``None``, every part in ``dtype`` promoted with the
@@ -97,12 +108,8 @@ def initial_carry(layer: str, spec: cells.Cell, carry: cells.Carry | None, batch
     carry = jax.tree.map(jnp.asarray, tuple(carry) if isinstance(carry, list) else carry)
     shapes, expected = jax.tree.map(jnp.shape, carry), jax.tree.map(jnp.shape, zero)
     if jax.tree.structure(carry) != jax.tree.structure(zero) or shapes != expected:
-        leaves = jax.tree.leaves(carry)
-        lengths_like = (len(leaves) == 1 and leaves[0].ndim == 1
-                        and jnp.issubdtype(leaves[0].dtype, jnp.integer))
         raise ValueError(f"{layer}: carry must be shaped like zero_carry({batch}), {expected}; "
-                         f"got {shapes}" + ("; sequence lengths go in lengths=, after the "
-                                            "carry" if lengths_like else ""))
+                         f"got {shapes}{lengths_hint(carry)}")
     common = jnp.result_type(dtype, *jax.tree.leaves(carry))
     return jax.tree.map(lambda c: c.astype(common), carry)
 
@@ -408,9 +415,11 @@ class Recurrent(nn.Module):
         """This layer's ``w_ih``, ``w_hh`` and ``b`` (``make_cell_params``)."""
         return make_cell_params(self, input_features)
 
-    def zero_carry(self, batch: int, dtype: DTypeLike = jnp.float32) -> cells.Carry:
-        """The cell's zero carry for ``batch`` sequences."""
-        return cells.get_cell(self.cell).zero_carry((batch,), self.features, dtype)
+    def zero_carry(self, batch: int, dtype: DTypeLike | None = None) -> cells.Carry:
+        """The cell's zero carry for ``batch`` sequences, in ``dtype`` (default: the
+        parameters')."""
+        return cells.get_cell(self.cell).zero_carry((batch,), self.features,
+                                                    dtype or self.param_dtype)
 
     @nn.compact
     def __call__(
@@ -462,10 +471,12 @@ class Bidirectional(nn.Module):
     bias_init: Initializer = nn.initializers.zeros_init()
     param_dtype: DTypeLike = jnp.float32
 
-    def zero_carry(self, batch: int, dtype: DTypeLike = jnp.float32
+    def zero_carry(self, batch: int, dtype: DTypeLike | None = None
                    ) -> tuple[cells.Carry, cells.Carry]:
-        """The (forward, backward) pair of zero carries for ``batch`` sequences."""
-        zero = cells.get_cell(self.cell).zero_carry((batch,), self.features, dtype)
+        """The (forward, backward) pair of zero carries for ``batch`` sequences, in
+        ``dtype`` (default: the parameters')."""
+        zero = cells.get_cell(self.cell).zero_carry((batch,), self.features,
+                                                    dtype or self.param_dtype)
         return zero, zero
 
     @nn.compact
@@ -499,7 +510,7 @@ class Bidirectional(nn.Module):
         if carry is not None and not _per_direction(carry):
             raise ValueError("Bidirectional: carry must be a (forward, backward) pair of "
                              "carries (for a GRU or RNN also one (2, batch, features) array), "
-                             "or None for zeros")
+                             f"or None for zeros{lengths_hint(carry)}")
         carry = tuple(initial_carry("Bidirectional (each direction)", spec, c, x.shape[0],
                                     self.features, xw.dtype)
                       for c in ((None, None) if carry is None else carry))

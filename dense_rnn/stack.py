@@ -65,10 +65,10 @@ class RecurrentStack(nn.Module):
     bias_init: recurrent.Initializer = nn.initializers.zeros_init()
     param_dtype: DTypeLike = jnp.float32
 
-    def zero_carries(self, batch: int, dtype: DTypeLike = jnp.float32) -> tuple:
+    def zero_carries(self, batch: int, dtype: DTypeLike | None = None) -> tuple:
         """Zero initial carries of every layer (a forward, backward pair each if
-        ``bidirectional``)."""
-        zero = cells.get_cell(self.cell).zero_carry
+        ``bidirectional``), in ``dtype`` (default: the parameters')."""
+        zero, dtype = cells.get_cell(self.cell).zero_carry, dtype or self.param_dtype
         return tuple((zero((batch,), n, dtype),) * 2 if self.bidirectional
                      else zero((batch,), n, dtype) for n in self.features)
 
@@ -116,7 +116,8 @@ class RecurrentStack(nn.Module):
         carries = carries if carries is not None else (None,) * len(self.features)
         if len(carries) != len(self.features):
             raise ValueError(f"carries has {len(carries)} entries for {len(self.features)} "
-                             "layers; pass one carry per layer, or None for zeros")
+                             "layers; pass one carry per layer, or None for zeros"
+                             f"{recurrent.lengths_hint(carries)}")
         outputs, new_carries = [x], []
         for i, (n, carry) in enumerate(zip(self.features, carries, strict=True)):
             inp = dense_input(outputs) if self.connectivity == "dense" else outputs[-1]

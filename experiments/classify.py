@@ -179,7 +179,8 @@ def run() -> None:
         return
     refuse_given(["text_file"], FLAGS, "--mode=train trains on --dataset")
     if FLAGS.hf_dataset:
-        refuse_given(["data_dir"], FLAGS, "--hf_dataset reads the data from the hub")
+        refuse_given(["data_dir"], FLAGS, "--hf_dataset names the data (a hub dataset or "
+                     "a local dataset directory)")
     if not FLAGS.embeddings:
         refuse_given(["oov"], FLAGS, "without --embeddings every word is learnt (none lacks a "
                      "pretrained vector)")

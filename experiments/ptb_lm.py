@@ -125,7 +125,8 @@ def run() -> None:
         infer(FLAGS.workdir or os.path.join("workdirs", FLAGS.config))
         return
     if FLAGS.hf_dataset:
-        refuse_given(["data_dir"], FLAGS, "--hf_dataset reads the data from the hub")
+        refuse_given(["data_dir"], FLAGS, "--hf_dataset names the data (a hub dataset or "
+                     "a local dataset directory)")
     config = resolve_config()
     from dense_rnn import precision
     from dense_rnn.train import lm  # after flag parsing: keeps --help and errors fast

@@ -132,9 +132,9 @@ def _hm_jobs(configs: list[str], dataset: str, extra: tuple[str, ...] = ()) -> l
     return jobs
 
 
-def check_shared_flags() -> None:
-    """The flags every run of the suite shares, checked once here rather than by each run
-    it would start (and leave a workdir behind)."""
+def check_shared_flags(extra: list[str]) -> None:
+    """The flags every run of the suite shares (``extra`` among them), checked once here
+    rather than by each run it would start (and leave a workdir behind)."""
     for name, values in (("seeds", FLAGS.seeds), ("folds", FLAGS.folds)):
         if not values or not all(v.isdigit() for v in values):
             raise UserError(f"--{name}={','.join(values or [])}: give numbers like 0,1,2")
@@ -144,6 +144,8 @@ def check_shared_flags() -> None:
     if FLAGS.embeddings and not os.path.isfile(FLAGS.embeddings):
         raise UserError(f"--embeddings={FLAGS.embeddings} {files.not_a(FLAGS.embeddings)}; "
                         "pass a GloVe text file (.txt or .txt.gz)")
+    if FLAGS.data_dir and any(a.split("=")[0] == "--hf_dataset" for a in extra):
+        raise UserError("--extra=--hf_dataset names every run's data: drop --data_dir")
     if FLAGS.data_dir and not os.path.isdir(FLAGS.data_dir):
         raise UserError(f"--data_dir={FLAGS.data_dir} "
                         f"{files.not_a(FLAGS.data_dir, directory=True)}")
@@ -210,6 +212,11 @@ def report(jobs: list[Job], table: int) -> str:
     groups: dict[tuple[str, str], list[dict]] = collections.defaultdict(list)
     for job in jobs:
         s = runner.summary(FLAGS.root, job.name, REPORTED)
+        if s is not None and not (_epochs(s) and isinstance(s["config"], dict) and (
+                "learning_rate_chosen" in s or "learning_rate" in s["config"])):
+            raise UserError(f"{FLAGS.root}/{job.name}/summary.json is not a run summary (no "
+                            "epochs or learning rate); delete it and rerun the command to "
+                            "finish that run again")
         groups[(_arg(job, "config"), _arg(job, "dataset"))].append(s)
     rows = ["| config | data | params, paper's count (d=300) | params, paper's count (run's d) "
             "| params of the run (no emb.) | runs | test % mean ± sample std | dev % mean "
@@ -235,8 +242,11 @@ def report(jobs: list[Job], table: int) -> str:
     return "\n".join(rows) + "\n"
 
 
-def _epochs(s: dict) -> tuple[int, int]:
-    r = next(iter(s["folds"].values())) if "folds" in s else s
+def _epochs(s: dict) -> tuple[int, int] | None:
+    """A run's (best dev epoch, epochs run) (a CV run's: its fold's), None if it has none."""
+    r = next(iter(s["folds"].values()), None) if isinstance(s.get("folds"), dict) else s
+    if not isinstance(r, dict) or not {"best_dev_epoch", "epochs"} <= set(r):
+        return None
     return r["best_dev_epoch"], r["epochs"]
 
 
@@ -287,15 +297,16 @@ def run() -> None:
     """Runs the suite's unfinished jobs (unless --report_only), then prints its table."""
     jobs = suite_jobs(FLAGS.suite)
     extra = runner.extra_args(FLAGS.extra, reserved(jobs))
-    if not FLAGS.report_only:
-        check_shared_flags()
     runner.check(FLAGS.root, FLAGS.parallel, FLAGS.report_only)
+    if not FLAGS.report_only:
+        check_shared_flags(extra)
     runner.check_parent("plot", FLAGS.plot)
     failed: list[str] = []
     if not FLAGS.report_only:
         by_name = {j.name: j for j in jobs}
-        failed = runner.run_all(FLAGS.root, list(by_name), lambda name: start(by_name[name], extra),
-                                FLAGS.parallel, {j.name: j.lr_from for j in jobs if j.lr_from})
+        failed = runner.run_all(FLAGS.root, list(by_name),
+                                lambda name: start(by_name[name], extra), FLAGS.parallel,
+                                {j.name: j.lr_from for j in jobs if j.lr_from})
     if FLAGS.record:
         runner.record(FLAGS.root, [j.name for j in jobs], FLAGS.record,
                       ("", "lr_*", "fold_*", "lr_*/fold_*"))

@@ -80,6 +80,8 @@ def run() -> None:
         raise UserError(f"unknown configs {', '.join(unknown)}; known: "
                         f"{', '.join(ptb_configs.CONFIGS)}")
     extra = runner.extra_args(FLAGS.extra, RESERVED)
+    if FLAGS.data_dir and any(a.split("=")[0] == "--hf_dataset" for a in extra):
+        raise UserError("--extra=--hf_dataset names every run's data: drop --data_dir")
     if FLAGS.data_dir and not FLAGS.report_only and not os.path.isdir(FLAGS.data_dir):
         raise UserError(f"--data_dir={FLAGS.data_dir} "
                         f"{files.not_a(FLAGS.data_dir, directory=True)}")

@@ -62,8 +62,7 @@ def extra_args(values: Sequence[str], reserved: Sequence[str]) -> list[str]:
         name = arg.lstrip("-").split("=", 1)[0]
         if name in reserved or (name.startswith("no") and name[2:] in reserved):
             raise UserError(f"--extra={arg}: the driver sets --{name.removeprefix('no')} "
-                            "for each run itself (see its --help for the flag that chooses "
-                            "it); leave it out of --extra")
+                            "for each run itself; leave it out of --extra")
     return args
 
 

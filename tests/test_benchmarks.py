@@ -370,7 +370,7 @@ def test_an_unknown_workload_is_a_usage_error(capsys):
     assert "error: unknown workloads zaremba_smal; known: zaremba_small," in err
 
 
-def test_targets_table_marks_what_meets_issue_5s_targets():
+def test_targets_table_marks_what_meets_issue_5s_targets(monkeypatch):
     def rows(**ratios):
         return [{"impl": "ours", "ours_x": 1.0, "gemm_frac": ratios.pop("gemm")},
                 *({"impl": k.replace("_", " "), "ours_x": v} for k, v in ratios.items())]
@@ -392,14 +392,20 @@ def test_targets_table_marks_what_meets_issue_5s_targets():
     gpu_header = run.targets_markdown(results, gpu=True).splitlines()[0]
     assert "ours vs torch nn.LSTM (>= 0.8)" in gpu_header  # cuDNN's LSTM on a GPU
     # on a CPU, Flax's bfloat16 step is slower than its float32 one: its ratio is not counted
-    bf16 = [{"workload": "lm_bf16", "unit": "tok/s", "rows": rows(gemm=0.5, **{
+    name = workloads.lm_workload("tiny", dtype="bfloat16").name  # "tiny train B=.. bfloat16"
+    bf16 = [{"workload": name, "unit": "tok/s", "rows": rows(gemm=0.5, **{
         "torch_nn.LSTM": 1.1, "flax_nn.RNN": 2.5})}]
-    assert run.targets_markdown(bf16, gpu=False).splitlines()[2] == (
-        "| lm_bf16 | **1.10** | 2.50 | 50.0% |")
+    cpu_table = run.targets_markdown(bf16, gpu=False).splitlines()
+    assert cpu_table[2] == f"| {name} | **1.10** | 2.50 | 50.0% |"
+    assert "bfloat16 ratios are not counted" in cpu_table[-1]
+    assert "bfloat16 ratios" not in caption  # no bfloat16 workload in that table
     assert run.targets_markdown(bf16, gpu=True).splitlines()[2] == (
-        "| lm_bf16 | **1.10** | **2.50** | 50.0% |")
+        f"| {name} | **1.10** | **2.50** | 50.0% |")
     assert "PASSIVE" not in caption
+    monkeypatch.setenv(run._SUITE_SET, "OMP_WAIT_POLICY")  # the suite set PyTorch's policy
     assert "flatter ours" in run.targets_markdown(results, False, isolated=False)
+    monkeypatch.setenv(run._SUITE_SET, "")  # the user's own: nothing to say of it
+    assert "flatter ours" not in run.targets_markdown(results, False, isolated=False)
 
 
 def test_profile_reports_kernels_of_a_tiny_workload():

@@ -225,11 +225,30 @@ def test_a_restore_that_fails_for_want_of_a_resource_moves_nothing(tmp_path, mon
     monkeypatch.setattr(ocp.CheckpointManager, "restore", restore)
     with (pytest.raises(UserError, match=r"^checkpoint .*checkpoints/2 could not be read "
                         r"\(.*\), which is no sign of damage \(nothing was moved\): fix its "
-                        r"cause and rerun the same command to resume$"),
+                        r"cause and rerun the same command$"),
           checkpoint.Checkpointer(str(tmp_path), {}) as ckpt):
         ckpt.restore({"w": np.zeros(3, np.float32)})
     assert sorted(os.listdir(tmp_path / "checkpoints")) == ["1", "2"]
     assert not (tmp_path / "unreadable_checkpoints").exists()
+
+
+def test_an_io_error_reading_a_checkpoint_counts_as_damage(tmp_path, monkeypatch, capsys):
+    """EIO (a bad sector) will fail again on every rerun: the checkpoint is set aside and
+    the one before it restored, as for a file cut short."""
+    with checkpoint.Checkpointer(str(tmp_path), {}) as ckpt:
+        ckpt.save(1, {"w": np.ones(3, np.float32)}, {"epoch": 1})
+        ckpt.save(2, {"w": np.full(3, 2, np.float32)}, {"epoch": 2})
+    real = ocp.CheckpointManager.restore
+
+    def restore(self, step, *args, **kwargs):
+        if step == 2:
+            raise OSError(errno.EIO, "Input/output error")
+        return real(self, step, *args, **kwargs)
+
+    monkeypatch.setattr(ocp.CheckpointManager, "restore", restore)
+    with checkpoint.Checkpointer(str(tmp_path), {}) as ckpt:
+        assert ckpt.restore({"w": np.zeros(3, np.float32)})[1] == {"epoch": 1}
+    assert "checkpoints/2 cannot be read (OSError: [Errno 5]" in capsys.readouterr().err
 
 
 def test_a_failed_restores_closed_event_loop_errors_are_dropped_and_no_others(monkeypatch):

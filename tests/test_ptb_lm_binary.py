@@ -249,7 +249,8 @@ def test_a_bad_flag_or_value_is_one_error_line():
 
 def test_hub_data_and_a_data_dir_are_refused_together():
     one_line_error(run_binary("--config=tiny", "--hf_dataset=ptb_text_only", "--data_dir=x"),
-                   "--hf_dataset reads the data from the hub, so it takes no --data_dir")
+                   "--hf_dataset names the data (a hub dataset or a local dataset "
+                   "directory), so it takes no --data_dir")
 
 
 def test_a_mode_refuses_the_flags_it_would_ignore():
@@ -450,6 +451,9 @@ def test_unreadable_best_parameters_are_chosen_anew(corpus_dir, tmp_path, capsys
     assert "best checkpoint" in capsys.readouterr().err
     assert any(d.startswith("best.") for d in os.listdir(tmp_path / "w" / "unreadable_checkpoints"))
     assert summary["best_epoch"] == (3 if more_epochs else 2)
+    assert type(summary["best_epoch"]) is int
+    latest_stands = "no best checkpoint is left: the latest parameters stand for the best"
+    assert (latest_stands in lines) is not more_epochs  # else epoch 3's validation chose
     assert math.isfinite(summary["best_valid_ppl"]) and math.isfinite(summary["test_ppl"])
     again = lm.train_and_evaluate(tiny(max_epochs=3 if more_epochs else 2), corpus_dir,
                                   workdir, log=lambda s: None)  # consistent from now on

@@ -297,9 +297,11 @@ def test_malformed_layer_settings_are_one_line_errors():
         with pytest.raises(ValueError, match=message):
             module.init(jax.random.key(0), x)
     # lengths passed where the carry goes: the error says where they belong
-    with pytest.raises(ValueError, match=r"got \(2,\); sequence lengths go in lengths=, "
-                       "after the carry"):
-        recurrent.Recurrent("lstm", 4).init(jax.random.key(0), x, jnp.array([8, 3]))
+    for module in (recurrent.Recurrent("lstm", 4), recurrent.Bidirectional("gru", 4),
+                   stack.RecurrentStack("lstm", (4, 4, 4))):
+        with pytest.raises(ValueError, match="; sequence lengths go in lengths=, after the "
+                           "carry"):
+            module.init(jax.random.key(0), x, jnp.array([8, 3]))
 
 
 def test_gradients_come_back_in_their_parameters_dtype():
@@ -471,11 +473,12 @@ def test_stack_zero_carries_and_param_dtype(cell, bidirectional):
     stack starts from, and ``param_dtype`` reaches every layer's parameters."""
     from dense_rnn.stack import RecurrentStack
 
-    x = jax.random.normal(jax.random.key(1), (3, 5, 4))
+    x = jax.random.normal(jax.random.key(1), (3, 5, 4), jnp.bfloat16)
     s = RecurrentStack(cell, (6, 7), "dense", bidirectional, param_dtype=jnp.bfloat16)
     variables = s.init(jax.random.key(0), x)
     assert {p.dtype for p in jax.tree.leaves(variables)} == {jnp.dtype(jnp.bfloat16)}
-    zeros = s.zero_carries(3)
+    zeros = s.zero_carries(3)  # in the parameters' dtype: the layers stay bfloat16
+    assert {c.dtype for c in jax.tree.leaves(zeros)} == {jnp.dtype(jnp.bfloat16)}
     if bidirectional:
         pair = recurrent.Bidirectional(cell, 6).zero_carry(3)
         assert jax.tree.structure(zeros[0]) == jax.tree.structure(pair)

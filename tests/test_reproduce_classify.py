@@ -248,6 +248,8 @@ def reproduce(*args):
     (["--embeddings=/nonexistent/g.txt"], "--embeddings=/nonexistent/g.txt does not exist; "
      "pass a GloVe text file"),
     (["--data_dir=/nonexistent/d"], "--data_dir=/nonexistent/d does not exist"),
+    (["--data_dir=/tmp", "--extra=--hf_dataset=x/y"], "--extra=--hf_dataset names every run's "
+     "data: drop --data_dir"),
     (["--extra=--max_epochs=2,--seed=3"], "--extra=--seed=3: the driver sets --seed for each "
      "run itself"),
     (["--suite=hm_table2", "--extra=--learning_rate=0.1"], "sets --learning_rate"),
@@ -271,6 +273,12 @@ def test_a_summary_without_the_reported_fields_is_one_error_line(tmp_path):
         f"error: {tmp_path}/dc_bilstm_trec_s0/summary.json is not a run summary (no "
         "test_accuracy, dev_accuracy, config, selection, num_params, num_params_paper, "
         "wall_seconds, device); delete it and rerun the command to finish that run again"]
+    fields = dict.fromkeys(rc.REPORTED, 1) | {"config": {}}  # every field but epochs and rate
+    (tmp_path / "dc_bilstm_trec_s0" / "summary.json").write_text(json.dumps(fields))
+    r = reproduce("--report_only", f"--root={tmp_path}", "--datasets=trec", "--seeds=0",
+                  "--configs=dc_bilstm")
+    assert r.returncode == 2 and "summary.json is not a run summary (no epochs or learning "\
+        "rate)" in r.stderr and r.stderr.count("\n") == 1, r.stderr
 
 
 def test_a_run_waits_for_its_sweep_and_is_skipped_if_it_failed(tmp_path, monkeypatch, capsys):

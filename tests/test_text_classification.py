@@ -364,7 +364,7 @@ def test_dry_run_counts_at_the_embedding_files_dimension(data_dir):
     (["stray"], "unexpected arguments 'stray'"),
     (["--config=hm_densegru_64", "--depths=2,x"], "--depths=2,x: give integers like 2,4,8"),
     (["--text_file=t.txt"], "--mode=train trains on --dataset, so it takes no --text_file"),
-    (["--hf_dataset=x/y"], "--hf_dataset reads the data from the hub, so it takes no "
+    (["--hf_dataset=x/y"], "(a hub dataset or a local dataset directory), so it takes no "
      "--data_dir; drop it"),
     (["--oov=random"], "without --embeddings every word is learnt (none lacks a pretrained "
      "vector), so it takes no --oov; drop it"),

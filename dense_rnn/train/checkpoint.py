@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import os
 import signal
@@ -41,15 +42,23 @@ class UnreadableCheckpoint(UserError):
         self.where, self.why = where, why
 
 
+# What a restore may fail on for want of a resource, the checkpoint intact: the errno of
+# an OSError, or the status code of a tensorstore error. Anything else (EIO, a file cut
+# short or missing) counts as damage.
+_RESOURCE_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN, errno.EACCES,
+                    errno.EPERM, errno.ETIMEDOUT}
+_RESOURCE_STATUSES = ("RESOURCE_EXHAUSTED", "PERMISSION_DENIED", "UNAVAILABLE",
+                      "DEADLINE_EXCEEDED")
+
+
 def _passing(e: Exception) -> bool:
-    """Whether a restore failed for want of a resource (memory, file handles, a disk that
-    did not answer, permission) rather than because the checkpoint is damaged."""
-    if isinstance(e, MemoryError):
+    """Whether a restore failed for want of a resource (memory, file handles, time,
+    permission) rather than because the checkpoint is damaged."""
+    if isinstance(e, MemoryError | TimeoutError | PermissionError):
         return True
-    if isinstance(e, OSError):  # a file of the checkpoint missing is damage
-        return not isinstance(e, FileNotFoundError | IsADirectoryError | NotADirectoryError)
-    return any(code in str(e) for code in ("RESOURCE_EXHAUSTED", "PERMISSION_DENIED",
-                                          "UNAVAILABLE", "DEADLINE_EXCEEDED"))
+    if isinstance(e, OSError):
+        return e.errno in _RESOURCE_ERRNOS
+    return any(code in str(e) for code in _RESOURCE_STATUSES)
 
 
 def _brief(e: BaseException, limit: int = 160) -> str:
@@ -300,13 +309,14 @@ class Checkpointer:
                  step: int | None = None) -> tuple[Any, dict[str, Any]] | None:
         """``item`` of ``manager``'s checkpoint ``step`` (default: the latest), structured like
         ``like``, and its metadata, or None without a checkpoint; one that cannot be read
-        is an ``UnreadableCheckpoint``."""
+        is an ``UnreadableCheckpoint`` (a ``UserError`` that says so where the reason is a
+        want of memory, file handles or permission: ``_passing``)."""
         step = manager.latest_step() if step is None else step
         if step is None:
             return None
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
         args = {item: ocp.args.StandardRestore(abstract), "meta": ocp.args.JsonRestore()}
-        _quiet_closed_loops()
+        _quiet_closed_loops()  # before: a failing restore's callbacks fire during it, too
         try:
             with warnings.catch_warnings():  # orbax < 0.12, on restoring without shardings
                 warnings.filterwarnings("ignore", "Sharding info not provided", UserWarning)
@@ -317,7 +327,7 @@ class Checkpointer:
             if _passing(e):
                 raise UserError(f"checkpoint {where} could not be read ({why}), which is no "
                                 "sign of damage (nothing was moved): fix its cause and rerun "
-                                "the same command to resume") from None
+                                "the same command") from None
             raise UnreadableCheckpoint(where, why) from None
         # orbax restores an array in its stored shape, whatever the one asked for
         for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(out[item]),
@@ -416,22 +426,34 @@ class Checkpointer:
         they cannot (a file cut short, say), every best checkpoint is reported on stderr and
         moved to ``WORKDIR/unreadable_checkpoints/best.*``, so that the resumed run chooses
         its best parameters anew (their progress record no longer stands)."""
+        error = None
         try:
             self.restore_best(like)
-            return True
         except UnreadableCheckpoint as e:
+            error = e
+        multihost = jax.process_count() > 1
+        if multihost:  # the first host's verdict for all, before any of them moves a file
+            from jax.experimental import multihost_utils
+
+            if not multihost_utils.broadcast_one_to_all(np.int32(error is not None)):
+                return True
+        elif error is None:
+            return True
+        self._best.wait_until_finished()
+        self._best.close()
+        if jax.process_index() == 0:
             aside = os.path.join(self.workdir, "unreadable_checkpoints",
                                  f"best.{time.strftime('%Y%m%d-%H%M%S')}")
             os.makedirs(os.path.dirname(aside), exist_ok=True)
-            self._best.wait_until_finished()
-            self._best.close()
             os.replace(self._best.directory, aside)
-            self._best = _manager(str(self._best.directory), 2)
-            print(f"warning: best checkpoint {e.where} cannot be read ({e.why}): moved "
-                  f"{len(os.listdir(aside))} best checkpoint(s) to {aside}; the best "
+            print(f"warning: best checkpoint {error.where} cannot be read ({error.why}): "
+                  f"moved {len(os.listdir(aside))} best checkpoint(s) to {aside}; the best "
                   "parameters are chosen anew from the validations to come",
                   file=sys.stderr, flush=True)
-            return False
+        if multihost:
+            multihost_utils.sync_global_devices("dense_rnn: best checkpoints set aside")
+        self._best = _manager(str(self._best.directory), 2)
+        return False
 
     def wait(self) -> None:
         """Blocks until every pending (asynchronous) save has finished."""

@@ -358,8 +358,9 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
             # its best checkpoints were unreadable and no validation since has improved on inf
             progress.best_valid_ppl = evaluate(model, eval_step, best_params, corpus.valid,
                                                c.eval_batch_size, c.num_steps, mesh)
-            progress.best_epoch = round(progress.epoch + progress.step_in_epoch
-                                        / steps_per_epoch, 4)
+            progress.best_epoch = (round(progress.epoch + progress.step_in_epoch
+                                         / steps_per_epoch, 4) if progress.step_in_epoch
+                                   else progress.epoch)  # as valid_and_record writes it
             ckpt.save_best(progress.global_step, best_params,
                            {"valid_ppl": progress.best_valid_ppl})
             save()  # the progress record that names them
