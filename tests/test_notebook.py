@@ -45,10 +45,12 @@ def test_install_cell_without_checkout_or_url_says_what_to_set(tmp_path, monkeyp
         exec(cell, {})
 
 
-@pytest.mark.parametrize("tpu", [False, True])
-def test_install_cell_keeps_libtpu_matched_on_a_tpu(tmp_path, monkeypatch, tpu):
-    """On a TPU runtime the install cell adds ``jax[tpu]``, so libtpu follows whatever jax
-    the install leaves; elsewhere it installs the package alone."""
+@pytest.mark.parametrize("accelerator", [None, "tpu", "gpu"])
+def test_install_cell_keeps_jaxs_plugin_matched_on_an_accelerator(tmp_path, monkeypatch,
+                                                                 accelerator):
+    """On a TPU runtime the install cell adds ``jax[tpu]``, on an NVIDIA GPU ``jax[cuda12]``,
+    so libtpu or the CUDA plugin follows whatever jax the install leaves; on a CPU it
+    installs the package alone."""
     import glob
     import importlib.util
     import json
@@ -61,13 +63,15 @@ def test_install_cell_keeps_libtpu_matched_on_a_tpu(tmp_path, monkeypatch, tpu):
     monkeypatch.setenv("DENSE_RNN_REPO", "git+https://example.invalid/dense_rnn.git")
     for var in ("TPU_ACCELERATOR_TYPE", "COLAB_TPU_ADDR"):
         monkeypatch.delenv(var, raising=False)
-    if tpu:
+    if accelerator == "tpu":
         monkeypatch.setenv("TPU_ACCELERATOR_TYPE", "v5litepod-8")
-    monkeypatch.setattr(glob, "glob", lambda pattern: [])  # no /dev/accel* or vfio devices
+    monkeypatch.setattr(glob, "glob", lambda pattern: ["/dev/nvidia0"] if (
+        accelerator == "gpu" and pattern.startswith("/dev/nvidia")) else [])
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None)
     calls = []
     monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: calls.append(cmd))
     exec(cell, {})
     (cmd,) = calls
-    assert cmd[-2 if tpu else -1] == "git+https://example.invalid/dense_rnn.git"
-    assert ("jax[tpu]" in cmd) == tpu
+    assert cmd[-2 if accelerator else -1] == "git+https://example.invalid/dense_rnn.git"
+    assert ("jax[tpu]" in cmd) == (accelerator == "tpu")
+    assert ("jax[cuda12]" in cmd) == (accelerator == "gpu")
