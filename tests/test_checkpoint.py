@@ -204,14 +204,8 @@ def test_an_unreadable_latest_checkpoint_falls_back_to_the_one_before(tmp_path, 
         ckpt.restore(like)
 
 
-@pytest.mark.parametrize("error", [
-    OSError(errno.EMFILE, "Too many open files"), PermissionError(errno.EACCES, "denied"),
-    MemoryError(), ValueError("RESOURCE_EXHAUSTED: out of memory reading chunk")])
-def test_a_restore_that_fails_for_want_of_a_resource_moves_nothing(tmp_path, monkeypatch,
-                                                                   error):
-    """Running out of file handles or memory, or a permission error, while reading the
-    latest checkpoint says so in one line and leaves it in place, though an older one
-    would restore: it is not damage, and rerunning resumes from it."""
+def _latest_fails_with(error: Exception, tmp_path, monkeypatch) -> None:
+    """Checkpoints 1 and 2 in ``tmp_path``; reading 2 raises ``error``."""
     with checkpoint.Checkpointer(str(tmp_path), {}) as ckpt:
         ckpt.save(1, {"w": np.ones(3, np.float32)}, {"epoch": 1})
         ckpt.save(2, {"w": np.full(3, 2, np.float32)}, {"epoch": 2})
@@ -223,6 +217,17 @@ def test_a_restore_that_fails_for_want_of_a_resource_moves_nothing(tmp_path, mon
         return real(self, step, *args, **kwargs)
 
     monkeypatch.setattr(ocp.CheckpointManager, "restore", restore)
+
+
+@pytest.mark.parametrize("error", [
+    OSError(errno.EMFILE, "Too many open files"), PermissionError(errno.EACCES, "denied"),
+    MemoryError(), ValueError("RESOURCE_EXHAUSTED: out of memory reading chunk")])
+def test_a_restore_that_fails_for_want_of_a_resource_moves_nothing(tmp_path, monkeypatch,
+                                                                   error):
+    """Running out of file handles or memory, or a permission error, while reading the
+    latest checkpoint says so in one line and leaves it in place, though an older one
+    would restore: it is not damage, and rerunning resumes from it."""
+    _latest_fails_with(error, tmp_path, monkeypatch)
     with (pytest.raises(UserError, match=r"^checkpoint .*checkpoints/2 could not be read "
                         r"\(.*\), which is no sign of damage \(nothing was moved\): fix its "
                         r"cause and rerun the same command$"),
@@ -235,17 +240,7 @@ def test_a_restore_that_fails_for_want_of_a_resource_moves_nothing(tmp_path, mon
 def test_an_io_error_reading_a_checkpoint_counts_as_damage(tmp_path, monkeypatch, capsys):
     """EIO (a bad sector) will fail again on every rerun: the checkpoint is set aside and
     the one before it restored, as for a file cut short."""
-    with checkpoint.Checkpointer(str(tmp_path), {}) as ckpt:
-        ckpt.save(1, {"w": np.ones(3, np.float32)}, {"epoch": 1})
-        ckpt.save(2, {"w": np.full(3, 2, np.float32)}, {"epoch": 2})
-    real = ocp.CheckpointManager.restore
-
-    def restore(self, step, *args, **kwargs):
-        if step == 2:
-            raise OSError(errno.EIO, "Input/output error")
-        return real(self, step, *args, **kwargs)
-
-    monkeypatch.setattr(ocp.CheckpointManager, "restore", restore)
+    _latest_fails_with(OSError(errno.EIO, "Input/output error"), tmp_path, monkeypatch)
     with checkpoint.Checkpointer(str(tmp_path), {}) as ckpt:
         assert ckpt.restore({"w": np.zeros(3, np.float32)})[1] == {"epoch": 1}
     assert "checkpoints/2 cannot be read (OSError: [Errno 5]" in capsys.readouterr().err
