@@ -143,7 +143,7 @@ def test_binary_trains_ag_news_from_the_hub_layout(tmp_path):
         for i, (s, n) in enumerate((("train", 60), ("test", 20)))})
     r = _classify("--config=gru_64", "--features=4", "--embed_size=8", "--batch_size=16",
                   "--max_epochs=1", "--dataset=ag", f"--hf_dataset={root}",
-                  f"--workdir={tmp_path}/w", "--data_dir=/nonexistent")
+                  f"--workdir={tmp_path}/w")
     assert r.returncode == 0, r.stderr
     summary = json.load(open(f"{tmp_path}/w/summary.json"))
     assert summary["hf_dataset"] == root and summary["dataset"] == "ag"
