@@ -559,6 +559,11 @@ def markdown(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _bfloat16(res: dict) -> bool:
+    """Whether a result is of a bfloat16 workload (``lm_workload`` names them so)."""
+    return res["workload"].endswith(" bfloat16")
+
+
 def targets_markdown(results: list[dict], gpu: bool, isolated: bool = True) -> str:
     """Ours against the targets, one row per workload; a bold figure meets its target (before
     rounding). The lax.scan ports' target holds on every workload, the others on the LM
@@ -576,7 +581,7 @@ def targets_markdown(results: list[dict], gpu: bool, isolated: bool = True) -> s
         lm, cells = res["unit"] == "tok/s", []
         for p in peers:
             x = rows[p]["ours_x"] if p in rows else None
-            cpu_bf16_flax = not gpu and p == FLAX and res["workload"].endswith(" bfloat16")
+            cpu_bf16_flax = not gpu and p == FLAX and _bfloat16(res)
             met = (x is not None and x >= goals[p] and (lm or p == PORT)
                    and not cpu_bf16_flax)
             cells.append("" if x is None else f"**{x:.2f}**" if met else f"{x:.2f}")
@@ -587,8 +592,8 @@ def targets_markdown(results: list[dict], gpu: bool, isolated: bool = True) -> s
     lines.append("\nBold: meets issue #5's target (before rounding). The targets are set for "
                  "the full suite's workloads; --quick's smaller ones only indicate."
                  + (" Flax's bfloat16 ratios are not counted: on a CPU its bfloat16 step is "
-                    "slower than its float32 one." if not gpu and any(
-                        r["workload"].endswith(" bfloat16") for r in results) else "")
+                    "slower than its float32 one." if not gpu and any(map(_bfloat16, results))
+                    else "")
                  + ("" if isolated or "OMP_WAIT_POLICY" not in _suite_set() else
                     " All ran in one process, where PyTorch runs under "
                     "OMP_WAIT_POLICY=PASSIVE and is slowed by it: its ratios flatter ours."))

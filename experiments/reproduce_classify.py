@@ -144,11 +144,7 @@ def check_shared_flags(extra: list[str]) -> None:
     if FLAGS.embeddings and not os.path.isfile(FLAGS.embeddings):
         raise UserError(f"--embeddings={FLAGS.embeddings} {files.not_a(FLAGS.embeddings)}; "
                         "pass a GloVe text file (.txt or .txt.gz)")
-    if FLAGS.data_dir and any(a.split("=")[0] == "--hf_dataset" for a in extra):
-        raise UserError("--extra=--hf_dataset names every run's data: drop --data_dir")
-    if FLAGS.data_dir and not os.path.isdir(FLAGS.data_dir):
-        raise UserError(f"--data_dir={FLAGS.data_dir} "
-                        f"{files.not_a(FLAGS.data_dir, directory=True)}")
+    runner.check_data_dir(FLAGS.data_dir, extra, report_only=False)
 
 
 def suite_jobs(suite: str) -> list[Job]:
@@ -173,7 +169,7 @@ def _arg(job: Job, name: str) -> str:
 
 def reserved(jobs: list[Job]) -> set[str]:
     """The flags this driver sets for the runs of ``jobs``, which ``--extra`` may not set."""
-    names = {a.lstrip("-").split("=", 1)[0] for j in jobs for a in j.args}
+    names = {runner.flag_name(a) for j in jobs for a in j.args}
     return names | {"embeddings", "data_dir", "workdir", "mode"} | (
         {"learning_rate"} if any(j.lr_from for j in jobs) else set())
 

@@ -22,7 +22,6 @@ import subprocess
 
 from absl import flags
 
-from dense_rnn import files
 from dense_rnn.cli import run_binary
 from dense_rnn.configs import ptb as ptb_configs
 from dense_rnn.errors import UserError
@@ -80,11 +79,7 @@ def run() -> None:
         raise UserError(f"unknown configs {', '.join(unknown)}; known: "
                         f"{', '.join(ptb_configs.CONFIGS)}")
     extra = runner.extra_args(FLAGS.extra, RESERVED)
-    if FLAGS.data_dir and any(a.split("=")[0] == "--hf_dataset" for a in extra):
-        raise UserError("--extra=--hf_dataset names every run's data: drop --data_dir")
-    if FLAGS.data_dir and not FLAGS.report_only and not os.path.isdir(FLAGS.data_dir):
-        raise UserError(f"--data_dir={FLAGS.data_dir} "
-                        f"{files.not_a(FLAGS.data_dir, directory=True)}")
+    runner.check_data_dir(FLAGS.data_dir, extra, FLAGS.report_only)
     runner.check(FLAGS.root, FLAGS.parallel, FLAGS.report_only)
     runner.check_parent("report", FLAGS.report)
     failed = [] if FLAGS.report_only else runner.run_all(

@@ -52,6 +52,20 @@ EXTRA_HELP = ("Flags for every run, e.g. --extra=--max_epochs=20; several in one
               "repeated.")
 
 
+def flag_name(arg: str) -> str:
+    """The name of a command-line flag ``--name=value`` (or ``--name``)."""
+    return arg.lstrip("-").split("=", 1)[0]
+
+
+def check_data_dir(data_dir: str | None, extra: Sequence[str], report_only: bool) -> None:
+    """Rejects a ``--data_dir`` beside ``--extra=--hf_dataset`` (which names every run's
+    data), and, unless only reporting, one that is not a directory."""
+    if data_dir and any(flag_name(a) == "hf_dataset" for a in extra):
+        raise UserError("--extra=--hf_dataset names every run's data: drop --data_dir")
+    if data_dir and not report_only and not os.path.isdir(data_dir):
+        raise UserError(f"--data_dir={data_dir} {files.not_a(data_dir, directory=True)}")
+
+
 def extra_args(values: Sequence[str], reserved: Sequence[str]) -> list[str]:
     """The flags of every ``--extra`` value, each split at the commas that start another
     ``--flag`` (a comma inside a value, as in ``--depths=2,4``, stays). A flag of
@@ -59,7 +73,7 @@ def extra_args(values: Sequence[str], reserved: Sequence[str]) -> list[str]:
     would take the last one given, and a table row would report another run's numbers."""
     args = [arg for value in values for arg in re.split(r",(?=--)", value) if arg]
     for arg in args:
-        name = arg.lstrip("-").split("=", 1)[0]
+        name = flag_name(arg)
         if name in reserved or (name.startswith("no") and name[2:] in reserved):
             raise UserError(f"--extra={arg}: the driver sets --{name.removeprefix('no')} "
                             "for each run itself; leave it out of --extra")

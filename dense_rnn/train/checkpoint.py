@@ -361,11 +361,15 @@ class Checkpointer:
             raise unreadable[0][1]
         return None
 
-    def _set_aside(self, step: int) -> str:
-        """Moves latest checkpoint ``step`` out of the checkpoint directory; returns where."""
+    def _aside(self, name: str) -> str:
+        """A timestamped path for ``name`` in ``WORKDIR/unreadable_checkpoints/`` (made)."""
         aside = os.path.join(self.workdir, "unreadable_checkpoints")
         os.makedirs(aside, exist_ok=True)
-        dest = os.path.join(aside, f"{step}.{time.strftime('%Y%m%d-%H%M%S')}")
+        return os.path.join(aside, f"{name}.{time.strftime('%Y%m%d-%H%M%S')}")
+
+    def _set_aside(self, step: int) -> str:
+        """Moves latest checkpoint ``step`` out of the checkpoint directory; returns where."""
+        dest = self._aside(str(step))
         try:
             os.replace(os.path.join(self._latest.directory, str(step)), dest)
         except FileNotFoundError:  # moved already by another process of a multi-host run
@@ -442,9 +446,7 @@ class Checkpointer:
         self._best.wait_until_finished()
         self._best.close()
         if jax.process_index() == 0:
-            aside = os.path.join(self.workdir, "unreadable_checkpoints",
-                                 f"best.{time.strftime('%Y%m%d-%H%M%S')}")
-            os.makedirs(os.path.dirname(aside), exist_ok=True)
+            aside = self._aside("best")
             os.replace(self._best.directory, aside)
             print(f"warning: best checkpoint {error.where} cannot be read ({error.why}): "
                   f"moved {len(os.listdir(aside))} best checkpoint(s) to {aside}; the best "
