@@ -33,7 +33,7 @@ from benchmarks import options
 from dense_rnn.cli import run_script
 from dense_rnn.errors import UserError
 from dense_rnn.files import atomic_write
-from dense_rnn.platform import FAST_MALLOC_ENV
+from dense_rnn.platform import FAST_MALLOC_ENV, user_xla_flags
 
 # Settings the suite adds to the environment where the user set none. Their names are listed
 # in _SUITE_SET, which the fast-malloc re-exec and subprocesses inherit, so that a process
@@ -280,6 +280,7 @@ def serve(workload: str, impl: str, min_time: float, warmup: float = 0.0,
 
     replies = replies or sys.stdout
     w = build_workload(workload)
+    w = with_triton(w) if impl == TRITON else w
     jax.devices()  # the backend's start-up is not the implementation's build
     if "torch" in impl:
         import torch  # noqa: F401  (nor is PyTorch's import)
@@ -310,9 +311,26 @@ def own_stdout() -> TextIO:
     return replies
 
 
+# --triton_peer: ours built again under XLA's default Triton GEMM, which the binaries turn
+# off on a GPU (``platform.GPU_XLA_FLAGS``), in a worker of its own timed beside ours
+TRITON = "ours, Triton GEMM"
+_TRITON_FLAG = "--xla_gpu_enable_triton_gemm=true"
+
+
+def with_triton(w):
+    """``w`` with the ``TRITON`` implementation: ours' builder, run under other XLA flags."""
+    from benchmarks.workloads import OURS
+
+    return dataclasses.replace(w, impls={**w.impls, TRITON: w.impls[OURS]})
+
+
 def worker_env(impl: str) -> dict[str, str]:
     """A worker's environment: this process's, except that PyTorch's keeps
-    OpenMP's default wait policy (unless the user set one)."""
+    OpenMP's default wait policy (unless the user set one), and ``TRITON``'s XLA flags are
+    the user's with Triton GEMM on."""
+    if impl == TRITON:
+        env = {k: v for k, v in os.environ.items() if k != "DENSE_RNN_ADDED_XLA_FLAGS"}
+        return {**env, "XLA_FLAGS": f"{_TRITON_FLAG} {user_xla_flags()}".strip()}
     if "torch" not in impl or "OMP_WAIT_POLICY" not in _suite_set():
         return dict(os.environ)
     return {**user_env({"OMP_WAIT_POLICY"}), _OMP_DEFAULT: "1"}
@@ -492,6 +510,7 @@ def probe(workload: str, impl: str) -> None:
     from benchmarks.workloads import WORKLOADS
 
     w = WORKLOADS[workload]()
+    w = with_triton(w) if impl == TRITON else w
     jax.devices()
     if "torch" in impl:
         import torch
@@ -513,7 +532,7 @@ def peak_memory(workload: str, impl: str) -> dict[str, float | None]:
     """``probe``'s measurements of ``impl`` in a fresh process; empty if it failed."""
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.run", "--probe", workload, impl],
-        capture_output=True, text=True, check=False)
+        capture_output=True, text=True, check=False, env=worker_env(impl))
     if proc.returncode:
         print(f"memory probe {workload}/{impl} failed: {proc.stderr[-500:]}", file=sys.stderr)
         return {}
@@ -629,6 +648,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
                         "first built runs a few %% slower on some VMs (RESULTS.md). The "
                         "compile and build times shown are then the memory probes', each "
                         "built alone; without probes (--no-memory), the side-by-side ones")
+    p.add_argument("--triton_peer", action="store_true",
+                   help=f"also time ours compiled under XLA's default Triton GEMM ({TRITON!r}), "
+                        "which the binaries turn off on a GPU, in a worker of its own: a "
+                        "paired ratio of the two flag settings (on a CPU, whose compiler "
+                        "ignores the flag, an A/A run: the pairing's noise)")
     p.add_argument("--probe", nargs=2, metavar=("WORKLOAD", "IMPL"), help=argparse.SUPPRESS)
     p.add_argument("--serve", nargs=2, metavar=("WORKLOAD", "IMPL"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -657,6 +681,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
         p.error("--parallel_builds starts each implementation in a process of its own: "
                 "drop --no-isolated (or --quick)")
     parallel = isolated if a.parallel_builds is None else a.parallel_builds
+    if a.triton_peer and not isolated:
+        p.error("--triton_peer runs ours under other XLA flags, which need a process of "
+                "their own: drop --no-isolated (or --quick)")
+    flags = user_xla_flags().strip()
+    if a.triton_peer and ("xla_gpu_enable_triton_gemm" in flags
+                          or flags and not flags.startswith("-")):
+        p.error("--triton_peer sets xla_gpu_enable_triton_gemm for its peer alone: XLA_FLAGS "
+                "must neither set it nor name a file of flags")
     memory = not a.quick if a.memory is None else a.memory
     min_time = a.min_time or (0.1 if a.quick else 0.6)
     if (warmup := a.warmup) is None:
@@ -677,8 +709,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         if not has_torch:
             w = dataclasses.replace(w, impls={k: v for k, v in w.impls.items()
                                               if "torch" not in k})
-        if a.impls:  # ours and the rooflines are always kept
-            keep = {*a.impls.split(","), OURS}
+        w = with_triton(w) if a.triton_peer else w
+        if a.impls:  # ours, the rooflines and a --triton_peer are always kept
+            keep = {*a.impls.split(","), OURS, TRITON}
             w = dataclasses.replace(w, impls={k: v for k, v in w.impls.items()
                                               if k in keep or k.startswith(GEMM)})
         timings = (time_isolated(name, list(w.impls), repeats, min_time, warmup, parallel)

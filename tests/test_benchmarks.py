@@ -51,6 +51,33 @@ def test_isolated_times_each_implementation_in_its_own_process(capsys, parallel)
             0 < r["xla_compile_s"] < r["compile_s"])
 
 
+def test_the_triton_peer_is_ours_under_xla_flags_of_its_own(monkeypatch):
+    """A worker of its own, with Triton GEMM on before the user's XLA flags, timed beside
+    ours; the other workers keep the flags the binaries use (on a CPU: an A/A run)."""
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_enable_triton_gemm=false --xla_dump_to=/x")
+    monkeypatch.setenv("DENSE_RNN_ADDED_XLA_FLAGS", "--xla_gpu_enable_triton_gemm=false")
+    env = run.worker_env(run.TRITON)
+    assert env["XLA_FLAGS"] == "--xla_gpu_enable_triton_gemm=true --xla_dump_to=/x"
+    assert "DENSE_RNN_ADDED_XLA_FLAGS" not in env
+    assert run.worker_env("ours")["XLA_FLAGS"].startswith("--xla_gpu_enable_triton_gemm=false")
+    monkeypatch.delenv("XLA_FLAGS")
+    monkeypatch.delenv("DENSE_RNN_ADDED_XLA_FLAGS")
+    (res,) = run.main(["--workloads", "tiny_lm", "--repeats", "2", "--min_time", "0.01",
+                       "--impls", "ours", "--warmup", "0", "--no-memory", "--triton_peer"])
+    impls = {r["impl"]: r for r in res["rows"]}
+    assert {"ours", run.TRITON, "gemm xla"} <= set(impls) and "flax nn.RNN" not in impls
+    assert impls[run.TRITON]["ours_x"] > 0 and impls[run.TRITON]["compile_s"] > 0
+
+
+@pytest.mark.parametrize("flags", ["--xla_gpu_enable_triton_gemm=true", "/tmp/xla_flags"])
+def test_the_triton_peer_refuses_xla_flags_that_set_it(monkeypatch, capsys, flags):
+    monkeypatch.setenv("XLA_FLAGS", flags)
+    monkeypatch.delenv("DENSE_RNN_ADDED_XLA_FLAGS", raising=False)
+    with pytest.raises(SystemExit):
+        run.main(["--workloads", "tiny_lm", "--triton_peer"])
+    assert "must neither set it nor name a file of flags" in capsys.readouterr().err
+
+
 def test_a_full_run_isolates_each_implementation_by_default(monkeypatch, tmp_path):
     calls = []
     monkeypatch.setattr(run, "time_isolated", lambda *a: calls.append(a) or {
@@ -299,6 +326,7 @@ def test_an_isolated_worker_replies_with_its_peers_error(monkeypatch, capsys):
                                                  "0 or above"),
     (run.main, f"--workloads tiny_lm --out {__file__}", "is a file; give a directory"),
     (run.main, "--workloads tiny_lm --parallel_builds --no-isolated", "drop --no-isolated"),
+    (run.main, "--workloads tiny_lm --triton_peer --quick", "drop --no-isolated (or --quick)"),
     (binary.main, "tiny --steps 0", "argument --steps: 0 must be at least 1"),
     (binary.main, "tiny --log_every 0", "argument --log_every: 0 must be at least 1"),
     (binary.main, "tiny --binary_flags=--config=zaremba_small", "--config=zaremba_small cannot"),
