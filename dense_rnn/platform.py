@@ -17,8 +17,10 @@ FAST_MALLOC_ENV = {
 # XLA's Triton GEMM autotuning compiles and times dozens of kernels for every matrix-product
 # shape of a program. On an H200 (benchmarks/RESULTS.md, run W; the peers compiling at the
 # same time) it took the DC-Bi-LSTM training step's compile from 52 s to 250 s, for a step
-# 1.6x faster, and HM-DenseGRU's from 20 s to 84 s (1.4x); without it the LM steps compiled
-# in 6-14 s and ran no slower. Only XLA's GPU compiler reads these flags.
+# 1.6x faster, and HM-DenseGRU's from 20 s to 84 s (1.4x); the LM training steps' from
+# 10-19 s to 38-85 s, for steps 1.10-1.26x faster at hidden sizes 200 and 650 and 0.70x at
+# 1500 (run AA, paired): off, no PTB run loses more than about two minutes. Only XLA's GPU
+# compiler reads these flags.
 GPU_XLA_FLAGS = {"xla_gpu_enable_triton_gemm": "false"}
 _ADDED = "DENSE_RNN_ADDED_XLA_FLAGS"  # what ``default_xla_flags`` put before the user's
 

@@ -434,6 +434,10 @@ def test_targets_table_marks_what_meets_issue_5s_targets(monkeypatch):
     assert "flatter ours" in run.targets_markdown(results, False, isolated=False)
     monkeypatch.setenv(run._SUITE_SET, "")  # the user's own: nothing to say of it
     assert "flatter ours" not in run.targets_markdown(results, False, isolated=False)
+    # no peer with a target (--impls ours): the GEMM column alone, under its own header
+    alone = run.targets_markdown([{**results[0], "rows": rows(gemm=0.85)}], False).splitlines()
+    assert alone[:3] == ["| workload | % GEMM (>= 80% on LMs) |", "| --- | --- |",
+                         "| lm | **85.0%** |"]
 
 
 def test_profile_reports_kernels_of_a_tiny_workload():
