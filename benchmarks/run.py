@@ -329,8 +329,7 @@ def worker_env(impl: str) -> dict[str, str]:
     OpenMP's default wait policy (unless the user set one), and ``TRITON``'s XLA flags are
     the user's with Triton GEMM on."""
     if impl == TRITON:
-        env = {k: v for k, v in os.environ.items() if k != "DENSE_RNN_ADDED_XLA_FLAGS"}
-        return {**env, "XLA_FLAGS": f"{_TRITON_FLAG} {user_xla_flags()}".strip()}
+        return {**os.environ, "XLA_FLAGS": f"{_TRITON_FLAG} {user_xla_flags()}".strip()}
     if "torch" not in impl or "OMP_WAIT_POLICY" not in _suite_set():
         return dict(os.environ)
     return {**user_env({"OMP_WAIT_POLICY"}), _OMP_DEFAULT: "1"}

@@ -58,7 +58,6 @@ def test_the_triton_peer_is_ours_under_xla_flags_of_its_own(monkeypatch):
     monkeypatch.setenv("DENSE_RNN_ADDED_XLA_FLAGS", "--xla_gpu_enable_triton_gemm=false")
     env = run.worker_env(run.TRITON)
     assert env["XLA_FLAGS"] == "--xla_gpu_enable_triton_gemm=true --xla_dump_to=/x"
-    assert "DENSE_RNN_ADDED_XLA_FLAGS" not in env
     assert run.worker_env("ours")["XLA_FLAGS"].startswith("--xla_gpu_enable_triton_gemm=false")
     monkeypatch.delenv("XLA_FLAGS")
     monkeypatch.delenv("DENSE_RNN_ADDED_XLA_FLAGS")

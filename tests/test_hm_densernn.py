@@ -104,8 +104,7 @@ MODELS = ("rnn gru lstm hornn stacked_rnn stacked_gru stacked_lstm stacked_hornn
 
 def test_config_names():
     names = {f"{m}_{u}" for m in MODELS for u in (64, 128)} | {
-        "hm_densegru_64_no_hierarchy", "hm_densegru_64_no_multiscale",
-        "hm_densegru_64_no_dense_block"}
+        "hm_densegru_64_no_multiscale", "hm_densegru_64_no_dense_block"}
     assert set(cfg.CONFIGS) == names
     for c in cfg.CONFIGS.values():
         assert c.model in CLASSIFIERS and c.max_grad_norm == 1.0 and c.embed_size == 300
@@ -121,7 +120,6 @@ def test_config_architectures():
     assert a["densernn_128"] == {"net": "hm", "features": 128, "cell": "rnn", "depths": (4,)}
     assert a["hm_denselstm_64"] == {"net": "hm", "features": 64, "cell": "lstm",
                                     "depths": (2, 4, 8)}
-    assert a["hm_densegru_64_no_hierarchy"] == a["densegru_64"]
     assert a["hm_densegru_64_no_multiscale"] == {**a["hm_densegru_64"], "multiscale": False}
     assert a["hm_densegru_64_no_dense_block"] == {**a["hm_densegru_64"], "dense": False}
 
@@ -146,7 +144,6 @@ HAND_COUNTS = {  # name: (ours, paper)
     "hm_densernn_64": (56256, 56448), "hm_densernn_128": (186240, 186624),
     "hm_densegru_64": (168768, 169344), "hm_densegru_128": (558720, 559872),
     "hm_denselstm_64": (225024, 225792), "hm_denselstm_128": (744960, 746496),
-    "hm_densegru_64_no_hierarchy": (143808, 144000),
     "hm_densegru_64_no_multiscale": (537408, 537984),  # s = 1, 7 + 1, 29 + 1 per gate
     "hm_densegru_64_no_dense_block": (119616, 120192),  # = stacked GRU 64
 }

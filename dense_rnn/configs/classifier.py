@@ -20,7 +20,9 @@ from dense_rnn.errors import UserError
 
 @dataclasses.dataclass(frozen=True)
 class ClassifierConfig:
-    """A classifier and how to train it. Values default to Ding et al. 2018's recipe."""
+    """A classifier and how to train it. The defaults are Ding et al. 2018's recipe (300-d
+    embeddings, Adam at 0.005, batch 200) where the paper gives one; the epoch budget and
+    early stopping, which it does not give, are ours."""
 
     name: str
     model: str
@@ -29,10 +31,10 @@ class ClassifierConfig:
     freeze_embeddings: bool = False
     learning_rate: float = 0.005
     batch_size: int = 200
-    max_epochs: int = 20
+    max_epochs: int = 20  # not in Ding et al.: ours
     max_grad_norm: float = 0.0  # 0: no clipping
     l2: float = 0.0  # L2 weight on the softmax weights
-    early_stopping_patience: int = 5  # epochs without dev improvement; 0: off
+    early_stopping_patience: int = 5  # epochs without dev improvement; 0: off (ours)
     seed: int = 0
     checkpoint_every_steps: int = 0  # also checkpoint mid-epoch every N steps; 0: off
     compute_dtype: str = "float32"  # "bfloat16": mixed precision (params, optimizer, loss f32)

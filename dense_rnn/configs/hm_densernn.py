@@ -138,9 +138,10 @@ def _table2_configs() -> dict[str, ClassifierConfig]:
 
 
 def _ablations() -> dict[str, ClassifierConfig]:
+    """Table 3's "- multiscale" and "- dense block"; its "- hierarchy" is DenseGRU, a Table 2
+    config (``TABLE3_CONFIGS``)."""
     base = _model_args("hm_densegru", 64)
     variants = {
-        "no_hierarchy": {**base, "depths": (DENSE_DEPTH,)},  # = DenseGRU (Sec. 4.3)
         "no_multiscale": {**base, "multiscale": False},
         "no_dense_block": {**base, "dense": False},
     }
