@@ -18,7 +18,9 @@ from dense_rnn.configs.classifier import ClassifierConfig
 
 DROPOUT_EMBED = 0.3  # the paper does not give its dropout rates
 DROPOUT_POOL = 0.5
-L2 = 1e-3  # nor its L2 weight
+# nor its L2 weight: "L2 constraints over the soft-max parameters" read as a penalty (Kim
+# 2014's "l2-norm constraint", a max-norm rescale of the weight vectors, is the other reading)
+L2 = 1e-3
 
 
 def dense_features(dl: int, dh: int, th: int) -> tuple[int, ...]:
