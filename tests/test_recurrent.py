@@ -487,3 +487,46 @@ def test_stack_zero_carries_and_param_dtype(cell, bidirectional):
     for a, b in zip(jax.tree.leaves((carries, out)), jax.tree.leaves((carries0, out0)),
                     strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_stack_gives_each_layer_and_direction_its_own_scaled_recurrent_mask(bidirectional):
+    """Variational LSTM dropout on ``h_{t-1}`` (Gal & Ghahramani): each layer's scan gets
+    one (batch, n) mask per direction, 0 or 1/keep, drawn apart from the other layers' and
+    directions'; none when deterministic, not variational, not an LSTM or at rate 0."""
+    import flax.linen as nn
+
+    from dense_rnn.stack import RecurrentStack
+
+    def masks(deterministic=False, **kw):
+        stack = RecurrentStack(**{"cell": "lstm", "features": (64, 64), "dropout_rate": 0.4,
+                                  "variational": True, "bidirectional": bidirectional, **kw})
+        x = jnp.ones((8, 5, 3))
+        v = stack.init(jax.random.key(0), x)
+        seen = []
+
+        def record(next_fun, args, kwargs, context):
+            if (context.method_name == "__call__"
+                    and isinstance(context.module, (recurrent.Recurrent, recurrent.Bidirectional))
+                    and isinstance(context.module.parent, RecurrentStack)):
+                seen.append(args[3])
+            return next_fun(*args, **kwargs)
+
+        with nn.intercept_methods(record):
+            stack.apply(v, x, deterministic=deterministic, rngs={"dropout": jax.random.key(1)})
+        return seen
+
+    layers = masks()
+    assert len(layers) == 2
+    drawn = [np.asarray(m) for layer in layers
+             for m in (layer if bidirectional else (layer,))]
+    for m in drawn:
+        assert m.shape == (8, 64)
+        np.testing.assert_allclose(np.unique(m), [0.0, 1 / 0.6], rtol=1e-6)
+        assert 0.25 < (m == 0).mean() < 0.55
+    for i in range(len(drawn)):
+        for j in range(i):
+            assert (drawn[i] != drawn[j]).any()
+    for kw in ({"deterministic": True}, {"variational": False}, {"cell": "gru"},
+               {"dropout_rate": 0.0}):
+        assert masks(**kw) == [None, None]
