@@ -47,7 +47,8 @@ flags.DEFINE_float("temperature", 1.0, "sample: softmax temperature; 0 is greedy
 flags.DEFINE_integer("num_words", 50, "sample: words to draw (--seed picks them).")
 flags.DEFINE_string("text_file", None, "score: one sentence a line, words split on spaces; "
                     "each sentence is scored from a zero state.")
-OVERRIDES = define_override_flags(ptb_configs.LMConfig)
+OVERRIDES = define_override_flags(ptb_configs.LMConfig,
+                                  helps={"seed": "In --mode=sample: the sampling seed."})
 flags.adopt_module_key_flags(config_flags)
 FLAGS = flags.FLAGS
 # The flags only one mode reads; the others refuse them.

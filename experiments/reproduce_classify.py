@@ -73,7 +73,9 @@ flags.DEFINE_list("units", ["64", "128"], "HM suites: the unit counts of Table 2
 flags.DEFINE_bool("sweep", True, "HM suites: choose the learning rate on dev (seed 0 sweeps "
                   "LR_SWEEP); --nosweep trains every seed at the config's rate.")
 flags.DEFINE_string("data_dir", None, "Passed on to experiments.classify.")
-flags.DEFINE_string("embeddings", GLOVE, "GloVe file passed on to experiments.classify.")
+flags.DEFINE_string("embeddings", GLOVE, "GloVe file passed on to experiments.classify "
+                    "(default: the 50-d file of the data dir beside the checkout); empty: "
+                    "randomly initialised embeddings.")
 flags.DEFINE_integer("parallel", 1, "Runs at a time.")
 flags.DEFINE_multi_string("extra", [], runner.EXTRA_HELP)
 flags.DEFINE_bool("report_only", False, "Only print the report of the runs under --root.")
@@ -143,7 +145,8 @@ def check_shared_flags(extra: list[str]) -> None:
                         f"folds 0-{min(CV_DATASETS.values()) - 1}")
     if FLAGS.embeddings and not os.path.isfile(FLAGS.embeddings):
         raise UserError(f"--embeddings={FLAGS.embeddings} {files.not_a(FLAGS.embeddings)}; "
-                        "pass a GloVe text file (.txt or .txt.gz)")
+                        "pass a GloVe text file (.txt or .txt.gz; the papers used "
+                        "glove.6B.300d.txt or 42B), or --embeddings= for random embeddings")
     runner.check_data_dir(FLAGS.data_dir, extra, report_only=False)
 
 

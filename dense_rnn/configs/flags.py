@@ -17,18 +17,21 @@ DEFINE_BY_TYPE: dict[type, Callable[..., typing.Any]] = {
 _Config = typing.TypeVar("_Config")
 
 
-def define_override_flags(cls: type, skip: tuple[str, ...] = ("name",)) -> list[str]:
+def define_override_flags(cls: type, skip: tuple[str, ...] = ("name",),
+                          helps: dict[str, str] | None = None) -> list[str]:
     """Defines ``--<field>`` for each scalar field of ``cls``, with no default: only the
     flags given on the command line override the config's values. Fields in ``skip`` and
-    the paper's numbers (``paper*``: descriptive, not settings) get no flag. A binary
-    lists them in its ``--help`` with ``flags.adopt_module_key_flags`` of this module."""
+    the paper's numbers (``paper*``: descriptive, not settings) get no flag; ``helps`` adds
+    to a field's help text. A binary lists them in its ``--help`` with
+    ``flags.adopt_module_key_flags`` of this module."""
     hints = typing.get_type_hints(cls)
     names = []
     for f in dataclasses.fields(cls):
         define = DEFINE_BY_TYPE.get(hints[f.name])
         if define is None or f.name in skip or f.name.startswith("paper"):
             continue
-        define(f.name, None, f"Override the config's {f.name}.")
+        define(f.name, None, f"Override the config's {f.name}."
+               + (f" {helps[f.name]}" if helps and f.name in helps else ""))
         names.append(f.name)
     return names
 

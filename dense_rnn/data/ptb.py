@@ -38,10 +38,14 @@ class Corpus:
     test: np.ndarray
 
 
+# Where the files come from, for the errors that ask for them
+WHERE = "the data/ folder of Mikolov's simple-examples.tgz; BUILD.md, \"Data\""
+
+
 def _check_text_file(path: str) -> None:
     if not os.path.isfile(path):
         raise UserError(f"missing PTB file {path}; pass --data_dir=DIR holding "
-                        "ptb.train.txt, ptb.valid.txt and ptb.test.txt")
+                        f"ptb.train.txt, ptb.valid.txt and ptb.test.txt ({WHERE})")
     if os.path.getsize(path) == 0:
         raise UserError(f"PTB file {path} is empty; restore it from the PTB distribution")
     decoder = codecs.getincrementaldecoder("utf-8")()
@@ -74,7 +78,7 @@ def _load_lines(data_dir: str | None, hf_dataset: str | None) -> dict[str, list[
     if not data_dir or not os.path.isdir(data_dir):
         raise UserError(f"PTB data dir {data_dir!r} {not_a(data_dir or '', directory=True)}; "
                         "pass --data_dir=DIR holding ptb.train.txt, ptb.valid.txt and "
-                        "ptb.test.txt")
+                        f"ptb.test.txt ({WHERE})")
     files = {s: os.path.join(data_dir, f"ptb.{s}.txt") for s in SPLITS}
     lines = {}
     for s, path in files.items():
