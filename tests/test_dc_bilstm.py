@@ -176,25 +176,28 @@ def _np_lstm(p, xs, reverse):
     return np.stack(out)
 
 
-def test_model_against_numpy_reference():
-    """eq. 10-13, pooling and softmax layer on one sentence, in float64."""
-    model = _small_model()
-    tokens = jnp.array([[3, 7, 1, 9, 4, 0, 0]], jnp.int32)
-    n = 5
-    params = model.init(jax.random.key(3), tokens, jnp.array([n]))
-    logits = np.asarray(model.apply(params, tokens, jnp.array([n])))[0]
-    p = jax.tree.map(lambda a: np.asarray(a, np.float64), params["params"])
-    e = p["embed"]["embedding"][np.asarray(tokens[0, :n])]
-    memory = [e]  # M^{l-1} = [h^0; h^1; ...; h^{l-1}], h^0 = e
+def _np_dc_bilstm(p, tokens):
+    """eq. 10-13, average pooling and the softmax layer on one unpadded sentence, float64."""
+    memory = [p["embed"]["embedding"][tokens]]  # M^{l-1} = [h^0; h^1; ...], h^0 = e
     for layer_id in range(4):  # 3 dense layers + the top Bi-LSTM
         layer = p["dense_bilstm"][f"layer_{layer_id}"]
         inp = np.concatenate(memory[::-1], -1)  # stack.dense_input's order of the same rows
-        h = np.concatenate([_np_lstm(layer["fwd"], inp, False),
-                            _np_lstm(layer["bwd"], inp, True)], -1)
-        memory.append(h)
-    pooled = memory[-1].mean(0)
-    ref = pooled @ p["softmax"]["kernel"] + p["softmax"]["bias"]
-    np.testing.assert_allclose(logits, ref, rtol=1e-5, atol=1e-6)
+        memory.append(np.concatenate([_np_lstm(layer["fwd"], inp, False),
+                                      _np_lstm(layer["bwd"], inp, True)], -1))
+    return memory[-1].mean(0) @ p["softmax"]["kernel"] + p["softmax"]["bias"]
+
+
+def test_model_against_numpy_reference():
+    """A padded batch (garbage past each length) against each sentence alone in float64."""
+    model = _small_model()
+    rng = np.random.default_rng(4)
+    tokens = rng.integers(0, 20, size=(3, 9))
+    lengths = np.array([5, 2, 9])
+    params = model.init(jax.random.key(3), jnp.asarray(tokens), jnp.asarray(lengths))
+    logits = np.asarray(model.apply(params, jnp.asarray(tokens), jnp.asarray(lengths)))
+    p = jax.tree.map(lambda a: np.asarray(a, np.float64), params["params"])
+    for row, n, got in zip(tokens, lengths, logits, strict=True):
+        np.testing.assert_allclose(got, _np_dc_bilstm(p, row[:n]), rtol=1e-5, atol=1e-6)
 
 
 def test_dropout_only_in_training():
