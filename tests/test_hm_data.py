@@ -36,6 +36,18 @@ def test_ag_test_csv_and_missing_train(tmp_path):
         hm_datasets.load_ag(DATA_DIR)
 
 
+def test_ag_backslashes_separate_words(tmp_path):
+    """AG News marks a line break with a bare backslash: ``social\\network`` is two words,
+    whatever letter follows (an ``n`` too), as the hub copy's cleaning reads it."""
+    from dense_rnn.data.text_classification import clean_str
+
+    (tmp_path / "t.csv").write_text('"4","Nets","a social\\network gave\\no \\$5"\n')
+    (text,), _ = hm_datasets.read_ag_csv(str(tmp_path / "t.csv"))
+    assert text.split() == ["Nets", "a", "social", "network", "gave", "no", "$5"]
+    raw = 'Nets a social\\network gave\\no \\$5'  # the hub's text of the same row
+    assert clean_str(text).split() == clean_str(raw).split()
+
+
 def test_ag_bad_row(tmp_path):
     (tmp_path / "ag_news").mkdir()
     for split in ("train", "test"):
