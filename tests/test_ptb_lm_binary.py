@@ -1,5 +1,6 @@
 """The ptb_lm binary end to end: outputs, exact resume after a kill, bad input."""
 
+import dataclasses
 import json
 import math
 import os
@@ -57,9 +58,33 @@ def assert_bitwise_equal(a, b):
 
 
 def tiny(**kw):
-    import dataclasses
-
     return dataclasses.replace(CONFIGS["tiny"], **{**TINY, **kw})
+
+
+def test_a_mid_epoch_stop_does_not_move_early_stoppings_baseline(corpus_dir, tmp_path,
+                                                                  monkeypatch):
+    """A run stopped mid-epoch by --max_steps validates there, and that validation may be
+    its best; extended, the run early-stops as the run without the stop does: each epoch's
+    end is compared with the epochs' ends before it."""
+    def scripted(*values):
+        queue = list(values)
+        monkeypatch.setattr(lm, "evaluate", lambda *a, **k: queue.pop(0))
+        return queue
+
+    steps = lm.train_and_evaluate(tiny(max_epochs=1), corpus_dir, str(tmp_path / "probe"),
+                                  log=lambda s: None)["steps"]  # one epoch's steps
+    c = tiny(max_epochs=3, early_stopping_patience=1)
+    left = scripted(10.0, 9.5, 9.4, 50.0)  # valid at each epoch's end, then test
+    full = lm.train_and_evaluate(c, corpus_dir, str(tmp_path / "full"), log=lambda s: None)
+    assert not left and full["epochs_completed"] == 3
+    left = scripted(10.0, 9.0, 50.0)  # epoch 1's end, the stop in epoch 2, test
+    first = lm.train_and_evaluate(dataclasses.replace(c, max_steps=steps + steps // 2),
+                                  corpus_dir, str(tmp_path / "split"), log=lambda s: None)
+    assert not left and first["best_valid_ppl"] == 9.0
+    left = scripted(9.5, 9.4, 50.0)
+    resumed = lm.train_and_evaluate(c, corpus_dir, str(tmp_path / "split"), log=lambda s: None)
+    assert not left and resumed["epochs_completed"] == 3  # 9.5 improved on epoch 1's 10.0
+    assert resumed["best_valid_ppl"] == 9.0  # the stop's validation stays a candidate
 
 
 def test_train_outputs_and_exact_resume(corpus_dir, tmp_path):

@@ -174,6 +174,10 @@ class Progress:
     best_valid_ppl: float = float("inf")
     best_epoch: float = 0  # epochs trained at the best validation (fractional: a mid-epoch stop)
     bad_epochs: int = 0
+    # the best validation at an epoch's end, early stopping's baseline: a mid-epoch stop's
+    # validation (``max_steps``) may become the best but does not move it (None: a record
+    # from before this field, whose baseline was ``best_valid_ppl``)
+    epoch_best_valid_ppl: float | None = None
     train_seconds: float = 0.0
     train_tokens: int = 0
     wall_seconds: float = 0.0
@@ -230,6 +234,8 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
                  "opt_state": parallel.put(tx.init(params), replicated),
                  "carries": parallel.put(model.zero_carries(c.batch_size), batch_sharded)}
         state, progress = ckpt.resume(state, Progress())
+        if progress.epoch_best_valid_ppl is None:
+            progress.epoch_best_valid_ppl = progress.best_valid_ppl
         if not ckpt.best_readable(state["params"]):
             progress.best_valid_ppl, progress.best_epoch = float("inf"), 0
         checkpoint.check_steps_per_epoch(workdir, progress, steps_per_epoch)
@@ -257,7 +263,7 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
             progress.wall_seconds = wall_before + time.time() - wall_start
             ckpt.save_progress(state, progress, c.to_dict())
 
-        def valid_and_record() -> bool:
+        def valid_and_record() -> float:
             ppl = evaluate(model, eval_step, state["params"], corpus.valid, c.eval_batch_size,
                            c.num_steps, mesh)
             if not math.isfinite(ppl):  # a finite loss too large for exp(): diverged too
@@ -275,8 +281,7 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
                 progress.best_valid_ppl = ppl
                 progress.best_epoch = round(epoch, 4) if progress.step_in_epoch else progress.epoch
                 ckpt.save_best(progress.global_step, state["params"], {"valid_ppl": ppl})
-                return True
-            return False
+            return ppl
 
         tokens_per_step = c.batch_size * c.num_steps
         compiled = False
@@ -340,12 +345,14 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
             if progress.step_in_epoch == steps_per_epoch:
                 progress.epoch += 1
                 progress.step_in_epoch = 0
-                improved = valid_and_record()
+                ppl = valid_and_record()
+                improved = ppl < progress.epoch_best_valid_ppl
+                progress.epoch_best_valid_ppl = min(ppl, progress.epoch_best_valid_ppl)
                 progress.bad_epochs = 0 if improved else progress.bad_epochs + 1
                 if checkpoint.early_stopped(progress.bad_epochs, c.early_stopping_patience):
                     log(f"early stopping: no better valid ppl for {progress.bad_epochs} epochs")
                     progress.done = stop = True
-            else:  # stopped mid-epoch by max_steps
+            else:  # stopped mid-epoch by max_steps: a candidate for the best, no epoch's end
                 valid_and_record()
             save()
             if not stop and progress.epoch < c.max_epochs and should_stop():
