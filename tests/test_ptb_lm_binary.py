@@ -61,16 +61,23 @@ def tiny(**kw):
     return dataclasses.replace(CONFIGS["tiny"], **{**TINY, **kw})
 
 
-def test_a_mid_epoch_stop_does_not_move_early_stoppings_baseline(corpus_dir, tmp_path,
-                                                                  monkeypatch):
-    """A run stopped mid-epoch by --max_steps validates there, and that validation may be
-    its best; extended, the run early-stops as the run without the stop does: each epoch's
-    end is compared with the epochs' ends before it."""
-    def scripted(*values):
+@pytest.fixture
+def scripted(monkeypatch):
+    """``scripted(*ppls)``: ``lm.evaluate`` returns these perplexities in turn (validations
+    and test alike); what is left of them comes back, to check they were all asked for."""
+    def script(*values: float) -> list[float]:
         queue = list(values)
         monkeypatch.setattr(lm, "evaluate", lambda *a, **k: queue.pop(0))
         return queue
 
+    return script
+
+
+def test_a_mid_epoch_stop_does_not_move_early_stoppings_baseline(corpus_dir, tmp_path,
+                                                                  scripted):
+    """A run stopped mid-epoch by --max_steps validates there, and that validation may be
+    its best; extended, the run early-stops as the run without the stop does: each epoch's
+    end is compared with the epochs' ends before it."""
     steps = lm.train_and_evaluate(tiny(max_epochs=1), corpus_dir, str(tmp_path / "probe"),
                                   log=lambda s: None)["steps"]  # one epoch's steps
     c = tiny(max_epochs=3, early_stopping_patience=1)
@@ -484,3 +491,22 @@ def test_unreadable_best_parameters_are_chosen_anew(corpus_dir, tmp_path, capsys
                                   workdir, log=lambda s: None)  # consistent from now on
     assert (again["best_epoch"], again["best_valid_ppl"], again["test_ppl"]) == (
         summary["best_epoch"], summary["best_valid_ppl"], summary["test_ppl"])
+
+
+def test_a_best_that_is_gone_is_not_reported(corpus_dir, tmp_path, scripted):
+    """A progress record naming a best checkpoint that is no longer there (deleted, or gone
+    with a damaged latest checkpoint that saved it) does not stand: the finished run's
+    latest parameters stand for the best, and the summary reports their validation."""
+    import shutil
+
+    workdir = str(tmp_path / "w")
+    left = scripted(9.0, 10.0, 50.0)  # epoch 1's validation is the best, then test
+    first = lm.train_and_evaluate(tiny(max_epochs=2), corpus_dir, workdir, log=lambda s: None)
+    assert not left and (first["best_epoch"], first["best_valid_ppl"]) == (1, 9.0)
+    shutil.rmtree(tmp_path / "w" / "best")
+    lines, left = [], scripted(10.0, 51.0)  # the latest parameters' validation, then test
+    summary = lm.train_and_evaluate(tiny(max_epochs=2), corpus_dir, workdir, log=lines.append)
+    assert not left and "no best checkpoint is left: the latest parameters stand for the best" in (
+        lines)
+    assert (summary["best_epoch"], summary["best_valid_ppl"], summary["test_ppl"]) == (
+        2, 10.0, 51.0)

@@ -421,6 +421,10 @@ class Checkpointer:
         with _interrupt_after():
             self._best.wait_until_finished()
 
+    def has_best(self) -> bool:
+        """Whether a best checkpoint is there."""
+        return self._best.latest_step() is not None
+
     def restore_best(self, like: Any) -> tuple[Any, dict[str, Any]] | None:
         """The best parameters (structured like ``like``) and their metadata, or None."""
         return self._restore(self._best, "params", like)

@@ -236,7 +236,9 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
         state, progress = ckpt.resume(state, Progress())
         if progress.epoch_best_valid_ppl is None:
             progress.epoch_best_valid_ppl = progress.best_valid_ppl
-        if not ckpt.best_readable(state["params"]):
+        if not ckpt.best_readable(state["params"]) or not ckpt.has_best():
+            # none left that the progress record could name (set aside as unreadable, gone
+            # with the damaged latest checkpoint that saved it, deleted): chosen anew
             progress.best_valid_ppl, progress.best_epoch = float("inf"), 0
         checkpoint.check_steps_per_epoch(workdir, progress, steps_per_epoch)
         progress.done = checkpoint.early_stopped(progress.bad_epochs, c.early_stopping_patience)
