@@ -113,3 +113,41 @@ def test_bad_values_are_refused_in_one_line(field, value):
 
     with pytest.raises(UserError, match=f"^config tiny: {field}=[^;]*$"):
         dataclasses.replace(CONFIGS["tiny"], **{field: value})
+
+
+# The learning rate of each epoch (0-based) as the papers give it: Zaremba et al.'s medium
+# model "Learning rate = 1 which decays by a factor of 1.2 after 6 epochs", the large one "by
+# a factor of 1.15 after 14 epochs" (papers/zaremba2014_rnn_regularization_notes.txt), the
+# small one 0.5 after 4 (their code's SmallConfig: max_epoch 4, lr_decay 0.5); Godin et al.
+# "training for six epochs with a learning rate of one and then applying a decay factor of
+# 0.95 every epoch" (zaremba_small_dropout: "Zaremba's medium setup", their footnote).
+LR_BY_EPOCH = {
+    "zaremba_small": [1.0] * 4 + [0.5, 0.25, 0.125],
+    "zaremba_medium": [1.0] * 6 + [1 / 1.2, 1 / 1.2**2],
+    "zaremba_large": [1.0] * 14 + [1 / 1.15, 1 / 1.15**2],
+    "zaremba_small_dropout": [1.0] * 6 + [1 / 1.2, 1 / 1.2**2],
+    "godin_dense_200x4": [1.0] * 6 + [0.95, 0.95**2],
+}
+
+
+@pytest.mark.parametrize("name", sorted(LR_BY_EPOCH))
+def test_learning_rate_schedule_is_the_papers(name):
+    """The schedule by step, and the optimizer's update (one step of SGD on the loss
+    ``w``, gradient 1) at the first and last step of every epoch."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from dense_rnn.train.lm import learning_rate_schedule, make_optimizer
+
+    c, steps = CONFIGS[name], 10
+    schedule = learning_rate_schedule(c, steps)
+    for epoch, lr in enumerate(LR_BY_EPOCH[name]):
+        for step in (epoch * steps, epoch * steps + steps - 1):
+            np.testing.assert_allclose(float(schedule(step)), lr, rtol=1e-6)
+    tx = make_optimizer(c, steps)
+    state = tx.init(jnp.zeros(()))
+    lrs = []
+    for _ in range(len(LR_BY_EPOCH[name]) * steps):
+        update, state = tx.update(jnp.ones(()), state)
+        lrs.append(-float(update))
+    np.testing.assert_allclose(lrs[::steps], LR_BY_EPOCH[name], rtol=1e-6)
