@@ -86,6 +86,25 @@ def test_hub_class_names_in_another_order_map_to_the_local_ids(tmp_path):
     assert [TREC_LABELS[i] for i in labels] == ["ENTY", "DESC", "NUM"]
 
 
+def test_label_text_names_the_class_whatever_its_id(tmp_path):
+    """SentEval's SUBJ (SetFit/subj) numbers objective 1; the local files number it 0. Each
+    row's label_text decides; names that are not the dataset's leave the ids alone."""
+    texts = ["a plot summary .", "a gripping film !", "the plot unfolds ."]
+    root = _write(tmp_path / "subj", {s: {"text": texts, "label": [1, 0, 1],
+                                          "label_text": ["objective", "subjective", "objective"]}
+                                      for s in ("train", "test")})
+    assert load_hub(root, DATASETS["subj"])["all"]["label"] == [0, 1, 0] * 2
+    other = _write(tmp_path / "other", {s: {"text": texts, "label": [1, 0, 1],
+                                            "label_text": ["obj", "subj", "obj"]}
+                                        for s in ("train", "test")})
+    assert load_hub(other, DATASETS["subj"])["all"]["label"] == [1, 0, 1] * 2
+    bad = _write(tmp_path / "bad", {s: {"text": texts, "label": [1, 1, 0],
+                                        "label_text": ["objective", "subjective", "objective"]}
+                                    for s in ("train", "test")})
+    with pytest.raises(UserError, match="a class id has two label_text names"):
+        load_hub(bad, DATASETS["subj"])
+
+
 @pytest.mark.parametrize("splits,message", [
     ({s: {"sentence_text": ["a"], "label": [0]} for s in ("train", "test")},
      "split train has no text column (text or sentence); its columns: sentence_text, label"),

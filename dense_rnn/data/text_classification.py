@@ -313,6 +313,8 @@ def load_hub(name: str, spec: DatasetSpec) -> Splits:
                             f"0..{spec.num_classes - 1} (an unlabelled split, or another "
                             "dataset?)")
         labels = _local_class_ids(labels, ds.features[label], spec, where)
+        if "label_text" in ds.column_names:  # SetFit's copies name each row's class
+            labels = _named_class_ids(labels, ds["label_text"], spec, where)
         splits[_HUB_SPLITS[split]] = _dataset(ds[text], labels.tolist(), spec.clean)
     if spec.num_folds:
         if not splits:
@@ -338,6 +340,23 @@ def _local_class_ids(labels: np.ndarray, feature: Any, spec: DatasetSpec,
         raise UserError(f"{where} names its classes {', '.join(names)}; expected "
                         f"{', '.join(spec.label_names)}")
     return np.asarray([spec.label_names.index(n) for n in names])[labels]
+
+
+def _named_class_ids(labels: np.ndarray, names: list[str], spec: DatasetSpec,
+                     where: str) -> np.ndarray:
+    """``labels`` as the local files' class ids by each row's ``label_text``, where every
+    name is one of ``spec.class_names`` (in any case): a copy whose ids run in another
+    order (objective = 1 in SentEval's SUBJ, 0 here) is read right. Other names are left
+    as they are; one id under two names is an error."""
+    local = [n.lower() for n in spec.class_names]
+    pairs = set(zip(labels.tolist(), (str(n).lower() for n in names), strict=True))
+    if not local or any(n not in local for _, n in pairs):
+        return labels
+    by_id = dict(pairs)
+    if len(by_id) != len(pairs):
+        raise UserError(f"{where}: a class id has two label_text names "
+                        f"({', '.join(sorted(f'{i}={n}' for i, n in pairs))})")
+    return np.asarray([local.index(by_id[i]) for i in labels.tolist()], labels.dtype)
 
 
 def truncate(splits: Splits, max_len: int) -> Splits:
