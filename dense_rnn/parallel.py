@@ -41,8 +41,9 @@ def initialize_distributed() -> None:
     try:
         jax.distributed.initialize(**kwargs)
     except (ValueError, RuntimeError) as e:
-        raise UserError(f"--multihost: {str(e).splitlines()[0]}; set JAX_COORDINATOR_ADDRESS, "
-                        "JAX_NUM_PROCESSES and JAX_PROCESS_ID on every host") from None
+        raise UserError(f"--multihost: {str(e).splitlines()[0].rstrip('.')}; set "
+                        "JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID on "
+                        "every host") from None
 
 
 def make_mesh(num_devices: int = 0) -> Mesh:
@@ -74,8 +75,10 @@ def check_batch(batch: int, mesh: Mesh, flag: str = "batch_size") -> None:
     n = mesh.size
     if batch % n:
         fit = max(d for d in range(1, n + 1) if batch % d == 0)
+        fewer = ("" if jax.process_count() > 1  # multi-host runs use every device
+                 else f"--num_devices={fit} or ")
         raise UserError(f"--{flag}={batch} does not split over {n} devices; pass "
-                        f"--num_devices={fit} or a --{flag} that is a multiple of {n}")
+                        f"{fewer}a --{flag} that is a multiple of {n}")
 
 
 def eval_sharding(batch: int, mesh: Mesh) -> NamedSharding:

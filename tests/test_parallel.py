@@ -105,10 +105,23 @@ def test_parameters_trained_on_two_devices_load_for_inference_on_one(tmp_path):
     assert best["w"].sharding.device_set == {jax.devices()[0]}
 
 
-def test_batch_must_split_over_the_devices():
+def test_batch_must_split_over_the_devices(monkeypatch):
     parallel.check_batch(3, parallel.make_mesh(1))
     with pytest.raises(UserError, match="--num_devices=5 or a --batch_size that is a multiple"):
         parallel.check_batch(20, SimpleNamespace(size=8))
+    monkeypatch.setattr(jax, "process_count", lambda: 2)  # multi-host: every device is used
+    with pytest.raises(UserError, match=r"over 8 devices; pass a --batch_size that is a "
+                                        r"multiple of 8$"):
+        parallel.check_batch(20, SimpleNamespace(size=8))
+
+
+def test_a_batch_the_devices_refuse_leaves_no_workdir(corpus_dir, tmp_path,  # noqa: F811
+                                                      monkeypatch):
+    monkeypatch.setattr(parallel, "make_mesh", lambda n: SimpleNamespace(size=3))
+    with pytest.raises(UserError, match="--batch_size=8 does not split over 3 devices"):
+        lm.train_and_evaluate(tiny(batch_size=8), corpus_dir, str(tmp_path / "w"),
+                              log=lambda s: None)
+    assert not os.path.exists(tmp_path / "w")  # nothing written: no lock, vocabulary, folders
 
 
 def test_binary_refuses_too_many_devices(corpus_dir, tmp_path):  # noqa: F811
@@ -144,6 +157,16 @@ def test_initialize_distributed_passes_the_environment(monkeypatch):
     assert seen == {"coordinator_address": "host0:1234", "num_processes": 4, "process_id": 2}
     monkeypatch.setenv("JAX_PROCESS_ID", "two")
     with pytest.raises(UserError, match="must be integers"):
+        parallel.initialize_distributed()
+    monkeypatch.setenv("JAX_PROCESS_ID", "2")
+
+    def refuse(**kw):
+        raise ValueError("coordinator_address should be defined.\nmore detail")
+
+    monkeypatch.setattr(jax.distributed, "initialize", refuse)
+    with pytest.raises(UserError, match=r"^--multihost: coordinator_address should be defined; "
+                                        r"set JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and "
+                                        r"JAX_PROCESS_ID on every host$"):
         parallel.initialize_distributed()
 
 

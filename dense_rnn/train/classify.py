@@ -219,6 +219,8 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
     asked after every step; once it says so, the run checkpoints that step and raises
     ``Interrupted``."""
     wall_start = time.time()
+    mesh = parallel.make_mesh(c.num_devices)  # before anything is written to the workdir
+    parallel.check_batch(c.batch_size, mesh)
     with checkpoint.Checkpointer(workdir, identity, descriptive=DESCRIPTIVE_FIELDS) as ckpt:
         vocab_path = os.path.join(workdir, tc.VOCAB_FILE)  # for classify_infer
         ckpt.keep_data_file(vocab_path, tc.Vocab.load, data.vocab.save, data.vocab,
@@ -230,8 +232,6 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
         if data.embeddings is not None:
             params = {**params, "embed": {"embedding": jnp.asarray(data.embeddings)}}
         tx = make_optimizer(c, params)
-        mesh = parallel.make_mesh(c.num_devices)
-        parallel.check_batch(c.batch_size, mesh)
         state = parallel.put({"params": params, "opt_state": tx.init(params)},
                              parallel.replicated(mesh))
         state, progress = ckpt.resume(state, Progress())
@@ -249,7 +249,7 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
         wall_before = progress.wall_seconds
         live = sys.stdout.isatty()  # a live step counter on terminals only
         log(f"{title}: {n_total - n_embed:,} parameters + {n_embed:,} embedding, "
-            f"{steps_per_epoch} steps/epoch, device {metrics.device_description()}, data "
+            f"{steps_per_epoch} steps/epoch, device {metrics.device_description(mesh.size)}, data "
             f"parallel over {mesh.size}, {c.compute_dtype} compute")
 
         n_train = len(data.ids["train"])
@@ -437,7 +437,7 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
             "num_params": first["num_params"],
             "num_params_embedding": first["num_params_embedding"],
             "dev_accuracy": float(np.mean(devs)), "test_accuracy": float(np.mean(tests)),
-            "device": metrics.device_description(), "versions": metrics.versions(),
+            "device": metrics.device_description(c.num_devices), "versions": metrics.versions(),
             "wall_seconds": sum(r["wall_seconds"] for r in records.values()),
             "session_wall_seconds": time.time() - wall_start, "paper": c.paper,
         }

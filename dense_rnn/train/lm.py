@@ -208,6 +208,19 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
     if len(corpus.vocab) > c.vocab_size:
         raise UserError(f"the corpus has {len(corpus.vocab)} word types but the config's "
                         f"vocab_size is {c.vocab_size}; pass --vocab_size={len(corpus.vocab)}")
+    # what the devices and splits refuse, before anything is written to the workdir
+    mesh = parallel.make_mesh(c.num_devices)
+    parallel.check_batch(c.batch_size, mesh)
+    replicated, batch_sharded = parallel.replicated(mesh), parallel.batch_sharded(mesh)
+    compute_dtype = precision.compute_dtype(c.compute_dtype)
+    train_streams = ptb.batchify(corpus.train, c.batch_size, "the training split",
+                                 "--batch_size")
+    steps_per_epoch = ptb.num_windows(train_streams, c.num_steps, drop_remainder=True)
+    if steps_per_epoch < 1:
+        raise UserError(f"the training split is too short for batch {c.batch_size} x "
+                        f"num_steps {c.num_steps}")
+    for name, split in (("valid", corpus.valid), ("test", corpus.test)):  # not after training
+        ptb.batchify(split, c.eval_batch_size, f"the {name} split", "--eval_batch_size")
     with checkpoint.Checkpointer(workdir, identity, descriptive=DESCRIPTIVE_FIELDS) as ckpt:
         vocab_path = os.path.join(workdir, ptb.VOCAB_FILE)  # for lm_infer
         ckpt.keep_data_file(vocab_path, ptb.read_vocab,
@@ -216,18 +229,6 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
                             "differs from this --data_dir's vocabulary); pass the run's "
                             "--data_dir or use a new --workdir")
         model = make_model(c)
-        mesh = parallel.make_mesh(c.num_devices)
-        parallel.check_batch(c.batch_size, mesh)
-        replicated, batch_sharded = parallel.replicated(mesh), parallel.batch_sharded(mesh)
-        compute_dtype = precision.compute_dtype(c.compute_dtype)
-        train_streams = ptb.batchify(corpus.train, c.batch_size, "the training split",
-                                     "--batch_size")
-        steps_per_epoch = ptb.num_windows(train_streams, c.num_steps, drop_remainder=True)
-        if steps_per_epoch < 1:
-            raise UserError(f"the training split is too short for batch {c.batch_size} x "
-                            f"num_steps {c.num_steps}")
-        for name, split in (("valid", corpus.valid), ("test", corpus.test)):  # now, not after
-            ptb.batchify(split, c.eval_batch_size, f"the {name} split", "--eval_batch_size")
         tx = make_optimizer(c, steps_per_epoch)
         params = init_params(c, jax.random.key(c.seed))
         state = {"params": parallel.put(params, replicated),
@@ -253,7 +254,7 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
                                        finished))
         n_params = metrics.count_params(state["params"])
         log(f"config {c.name}: {n_params:,} parameters, {steps_per_epoch} steps/epoch, "
-            f"device {metrics.device_description()}, data parallel over {mesh.size}, "
+            f"device {metrics.device_description(mesh.size)}, data parallel over {mesh.size}, "
             f"{c.compute_dtype} compute")
         writer = metrics.MetricsWriter(workdir, progress.global_step)
         train_step = make_train_step(model, tx, c.seed, compute_dtype, mesh)
@@ -386,7 +387,7 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
             "train_tokens_per_second": progress.train_tokens / max(progress.train_seconds, 1e-9),
             "train_seconds": progress.train_seconds,
             "wall_seconds": wall_before + time.time() - wall_start,
-            "device": metrics.device_description(), "data_parallel_devices": mesh.size,
+            "device": metrics.device_description(mesh.size), "data_parallel_devices": mesh.size,
             "versions": metrics.versions(),
             "paper": {"params": c.paper_params, "valid_ppl": c.paper_valid_ppl,
                       "test_ppl": c.paper_test_ppl},

@@ -17,10 +17,11 @@ from dense_rnn.errors import UserError
 from dense_rnn.files import atomic_write
 
 
-def device_description() -> str:
-    """``"NUMx KIND (PLATFORM)"``; on CPU also the processor model and core count."""
+def device_description(num_devices: int = 0) -> str:
+    """``"NUMx KIND (PLATFORM)"`` of the ``num_devices`` a run uses (0: every visible one);
+    on CPU also the processor model and core count."""
     d = jax.devices()[0]
-    text = f"{jax.device_count()}x {d.device_kind} ({d.platform})"
+    text = f"{num_devices or jax.device_count()}x {d.device_kind} ({d.platform})"
     if d.platform == "cpu":
         text += f", {_cpu_model()}, {os.cpu_count()} cores"
     return text
