@@ -7,6 +7,7 @@ import shlex
 import subprocess
 import sys
 
+from dense_rnn.data import ptb
 from tests.conftest import REPO
 
 XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
@@ -90,8 +91,8 @@ def test_a_failed_run_is_reported_with_its_error(tmp_path):
     r = reproduce(f"--root={tmp_path}", "--configs=tiny", f"--data_dir={empty}")
     log = tmp_path / "tiny" / "train.log"
     assert (f"failed tiny (exit 2: error: missing PTB file {empty}/ptb.train.txt; pass "
-            f"--data_dir=DIR holding ptb.train.txt, ptb.valid.txt and ptb.test.txt; its log: "
-            f"{log})") in r.stdout
+            f"--data_dir=DIR holding ptb.train.txt, ptb.valid.txt and ptb.test.txt "
+            f"({ptb.WHERE}); its log: {log})") in r.stdout
     one_line_error(r, "1 run(s) did not finish: tiny (exit 2)")
 
 
