@@ -16,6 +16,7 @@ import pytest
 
 from dense_rnn import cli
 from dense_rnn.configs.ptb import CONFIGS
+from dense_rnn.data import ptb
 from dense_rnn.errors import UserError
 from dense_rnn.train import lm
 from tests.conftest import REPO
@@ -78,9 +79,9 @@ def test_a_mid_epoch_stop_does_not_move_early_stoppings_baseline(corpus_dir, tmp
     """A run stopped mid-epoch by --max_steps validates there, and that validation may be
     its best; extended, the run early-stops as the run without the stop does: each epoch's
     end is compared with the epochs' ends before it."""
-    steps = lm.train_and_evaluate(tiny(max_epochs=1), corpus_dir, str(tmp_path / "probe"),
-                                  log=lambda s: None)["steps"]  # one epoch's steps
     c = tiny(max_epochs=3, early_stopping_patience=1)
+    streams = ptb.batchify(ptb.load_ptb(corpus_dir).train, c.batch_size)
+    steps = ptb.num_windows(streams, c.num_steps, drop_remainder=True)  # an epoch's
     left = scripted(10.0, 9.5, 9.4, 50.0)  # valid at each epoch's end, then test
     full = lm.train_and_evaluate(c, corpus_dir, str(tmp_path / "full"), log=lambda s: None)
     assert not left and full["epochs_completed"] == 3
