@@ -677,6 +677,33 @@ def test_sweeps_and_single_runs_never_share_a_workdir(tmp_path):
         _tiny_run(tmp_path, sweep)
 
 
+def test_a_sweep_chooses_its_rate_on_dev_not_test(tmp_path, monkeypatch):
+    """Zhao et al.'s protocol: each rate is a run of its own; the best dev accuracy chooses,
+    whatever the test accuracies say, and the summary keeps every rate's figures."""
+    from dense_rnn.configs.families import get_config
+    from dense_rnn.train import classify
+
+    accuracies = {1e-2: (0.60, 0.90), 1e-3: (0.80, 0.70), 1e-4: (0.75, 0.95)}  # dev, test
+    seen = []
+
+    def fake_run(c, workdir, log, **kwargs):
+        seen.append((c.learning_rate, os.path.basename(workdir)))
+        dev, test = accuracies[c.learning_rate]
+        return {"dev_accuracy": dev, "test_accuracy": test, "wall_seconds": 2.0,
+                "config": c.to_dict()}
+
+    monkeypatch.setattr(classify, "run", fake_run)
+    c, _ = get_config("hm_densegru_64")
+    summary = classify.run_lr_sweep(c, list(accuracies), str(tmp_path), log=lambda s: None)
+    assert seen == [(1e-2, "lr_0.01"), (1e-3, "lr_0.001"), (1e-4, "lr_0.0001")]
+    assert summary["learning_rate_chosen"] == 1e-3 and summary["test_accuracy"] == 0.70
+    assert summary["config"]["learning_rate"] == 1e-3 and summary["wall_seconds"] == 6.0
+    assert summary["lr_sweep"]["0.0001"] == {"dev_accuracy": 0.75, "test_accuracy": 0.95,
+                                              "wall_seconds": 2.0}
+    written = json.loads((tmp_path / "summary.json").read_text())
+    assert (written["learning_rate_chosen"], written["lr_sweep"]) == (1e-3, summary["lr_sweep"])
+
+
 def test_size_warnings_unless_the_data_is_an_excerpt(tmp_path):
     """Local files of other sizes than the standard splits are warned about, unless the
     caller says they are an excerpt (``check_sizes=False``, as the quickstart notebook), and
