@@ -33,7 +33,7 @@ from benchmarks import options
 from dense_rnn.cli import run_script
 from dense_rnn.errors import UserError
 from dense_rnn.files import atomic_write
-from dense_rnn.platform import FAST_MALLOC_ENV, user_xla_flags
+from dense_rnn.platform import ADDED_XLA_FLAGS, FAST_MALLOC_ENV, user_xla_flags
 
 # Settings the suite adds to the environment where the user set none. Their names are listed
 # in _SUITE_SET, which the fast-malloc re-exec and subprocesses inherit, so that a process
@@ -263,12 +263,13 @@ def time_workload(w, repeats: int, min_time: float, warmup: float = 0.0) -> dict
     return out
 
 
-def build_workload(name: str):
+def build_workload(name: str, impl: str = ""):
     """A workload of ``workloads.WORKLOADS`` by name, or the training step of any PTB config
-    (``benchmarks.binary``'s)."""
+    (``benchmarks.binary``'s); with the ``TRITON`` implementation where ``impl`` is it."""
     from benchmarks.workloads import WORKLOADS, lm_workload
 
-    return WORKLOADS[name]() if name in WORKLOADS else lm_workload(name)
+    w = WORKLOADS[name]() if name in WORKLOADS else lm_workload(name)
+    return with_triton(w) if impl == TRITON else w
 
 
 def serve(workload: str, impl: str, min_time: float, warmup: float = 0.0,
@@ -279,8 +280,7 @@ def serve(workload: str, impl: str, min_time: float, warmup: float = 0.0,
     import jax
 
     replies = replies or sys.stdout
-    w = build_workload(workload)
-    w = with_triton(w) if impl == TRITON else w
+    w = build_workload(workload, impl)
     jax.devices()  # the backend's start-up is not the implementation's build
     if "torch" in impl:
         import torch  # noqa: F401  (nor is PyTorch's import)
@@ -328,8 +328,9 @@ def worker_env(impl: str) -> dict[str, str]:
     """A worker's environment: this process's, except that PyTorch's keeps
     OpenMP's default wait policy (unless the user set one), and ``TRITON``'s XLA flags are
     the user's with Triton GEMM on."""
-    if impl == TRITON:
-        return {**os.environ, "XLA_FLAGS": f"{_TRITON_FLAG} {user_xla_flags()}".strip()}
+    if impl == TRITON:  # the user's flags, none of the suite's: its own XLA_FLAGS
+        env = {k: v for k, v in os.environ.items() if k != ADDED_XLA_FLAGS}
+        return {**env, "XLA_FLAGS": f"{_TRITON_FLAG} {user_xla_flags()}".strip()}
     if "torch" not in impl or "OMP_WAIT_POLICY" not in _suite_set():
         return dict(os.environ)
     return {**user_env({"OMP_WAIT_POLICY"}), _OMP_DEFAULT: "1"}
@@ -506,10 +507,7 @@ def probe(workload: str, impl: str) -> None:
     one) are loaded first, so no row counts a library's own start-up."""
     import jax
 
-    from benchmarks.workloads import WORKLOADS
-
-    w = WORKLOADS[workload]()
-    w = with_triton(w) if impl == TRITON else w
+    w = build_workload(workload, impl)
     jax.devices()
     if "torch" in impl:
         import torch
@@ -717,6 +715,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         timings = (time_isolated(name, list(w.impls), repeats, min_time, warmup, parallel)
                    if isolated else time_workload(w, repeats, min_time, warmup))
         rows = summarise(w, timings)
+        for r in rows:  # results.json's environment is the suite's: this row ran under others
+            if r["impl"] == TRITON:
+                r["xla_flags"] = worker_env(TRITON)["XLA_FLAGS"]
         for r in rows:  # each probe builds alone: its build figures replace side-by-side ones
             probed = peak_memory(name, r["impl"]) if memory else {}
             r.update(probed, built_alone=not parallel or "setup_s" in probed)

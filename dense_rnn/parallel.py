@@ -41,7 +41,8 @@ def initialize_distributed() -> None:
     try:
         jax.distributed.initialize(**kwargs)
     except (ValueError, RuntimeError) as e:
-        raise UserError(f"--multihost: {str(e).splitlines()[0].rstrip('.')}; set "
+        why = (str(e).splitlines() or [type(e).__name__])[0].rstrip(".")
+        raise UserError(f"--multihost: {why}; set "
                         "JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID on "
                         "every host") from None
 

@@ -22,7 +22,7 @@ FAST_MALLOC_ENV = {
 # 1500 (run AA, paired): off, no PTB run loses more than about two minutes. Only XLA's GPU
 # compiler reads these flags.
 GPU_XLA_FLAGS = {"xla_gpu_enable_triton_gemm": "false"}
-_ADDED = "DENSE_RNN_ADDED_XLA_FLAGS"  # what ``default_xla_flags`` put before the user's
+ADDED_XLA_FLAGS = "DENSE_RNN_ADDED_XLA_FLAGS"  # what ``default_xla_flags`` put before the user's
 
 
 def default_xla_flags() -> None:
@@ -38,7 +38,7 @@ def default_xla_flags() -> None:
     added = " ".join(f"--{k}={v}" for k, v in GPU_XLA_FLAGS.items() if k not in names)
     if added:  # in front: XLA ignores what follows a token that is no --flag
         os.environ["XLA_FLAGS"] = f"{added} {given}" if given else added
-        os.environ[_ADDED] = added
+        os.environ[ADDED_XLA_FLAGS] = added
 
 
 def share_gpu_memory() -> None:
@@ -51,7 +51,7 @@ def share_gpu_memory() -> None:
 def user_xla_flags() -> str:
     """``XLA_FLAGS`` as the user set it, without what ``default_xla_flags`` added ("" if
     unset)."""
-    value, added = os.environ.get("XLA_FLAGS", ""), os.environ.get(_ADDED)
+    value, added = os.environ.get("XLA_FLAGS", ""), os.environ.get(ADDED_XLA_FLAGS)
     if added and value.startswith(added):
         rest = value[len(added):]
         return rest[1:] if rest.startswith(" ") else rest

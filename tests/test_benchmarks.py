@@ -58,7 +58,7 @@ def test_the_triton_peer_is_ours_under_xla_flags_of_its_own(monkeypatch):
     monkeypatch.setenv("DENSE_RNN_ADDED_XLA_FLAGS", "--xla_gpu_enable_triton_gemm=false")
     env = run.worker_env(run.TRITON)
     assert env["XLA_FLAGS"] == "--xla_gpu_enable_triton_gemm=true --xla_dump_to=/x"
-    assert run.worker_env("ours")["XLA_FLAGS"].startswith("--xla_gpu_enable_triton_gemm=false")
+    assert "DENSE_RNN_ADDED_XLA_FLAGS" not in env  # in that worker, all of them are the user's
     monkeypatch.delenv("XLA_FLAGS")
     monkeypatch.delenv("DENSE_RNN_ADDED_XLA_FLAGS")
     (res,) = run.main(["--workloads", "tiny_lm", "--repeats", "2", "--min_time", "0.01",
@@ -66,6 +66,8 @@ def test_the_triton_peer_is_ours_under_xla_flags_of_its_own(monkeypatch):
     impls = {r["impl"]: r for r in res["rows"]}
     assert {"ours", run.TRITON, "gemm xla"} <= set(impls) and "flax nn.RNN" not in impls
     assert impls[run.TRITON]["ours_x"] > 0 and impls[run.TRITON]["compile_s"] > 0
+    assert impls[run.TRITON]["xla_flags"] == "--xla_gpu_enable_triton_gemm=true"
+    assert "xla_flags" not in impls["ours"]
 
 
 @pytest.mark.parametrize("flags", ["--xla_gpu_enable_triton_gemm=true", "/tmp/xla_flags"])

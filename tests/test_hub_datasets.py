@@ -101,8 +101,12 @@ def test_label_text_names_the_class_whatever_its_id(tmp_path):
     bad = _write(tmp_path / "bad", {s: {"text": texts, "label": [1, 1, 0],
                                         "label_text": ["objective", "subjective", "objective"]}
                                     for s in ("train", "test")})
-    with pytest.raises(UserError, match="a class id has two label_text names"):
-        load_hub(bad, DATASETS["subj"])
+    merged = _write(tmp_path / "merged", {s: {"text": texts, "label": [1, 0, 1],
+                                              "label_text": ["objective"] * 3}
+                                          for s in ("train", "test")})
+    for root in (bad, merged):  # an id under two names; a name under two ids
+        with pytest.raises(UserError, match="do not pair one id with one name"):
+            load_hub(root, DATASETS["subj"])
 
 
 @pytest.mark.parametrize("splits,message", [

@@ -3,6 +3,7 @@
 The runs happen in a subprocess, since the virtual device count is fixed at JAX start-up.
 """
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -19,7 +20,7 @@ from dense_rnn.train import checkpoint, lm
 from tests.conftest import REPO
 from tests.test_ptb_lm_binary import corpus_dir, one_line_error, tiny  # noqa: F401
 from tests.test_ptb_lm_binary import run_binary as run_ptb_lm
-from tests.test_text_classification import SMALL, _classify, _toy_data
+from tests.test_text_classification import SMALL, _classify, _synthetic_trec, _toy_data
 
 RUNS = r"""
 import sys
@@ -122,6 +123,19 @@ def test_a_batch_the_devices_refuse_leaves_no_workdir(corpus_dir, tmp_path,  # n
         lm.train_and_evaluate(tiny(batch_size=8), corpus_dir, str(tmp_path / "w"),
                               log=lambda s: None)
     assert not os.path.exists(tmp_path / "w")  # nothing written: no lock, vocabulary, folders
+    from dense_rnn.configs.families import get_config
+    from dense_rnn.train import classify
+
+    _synthetic_trec(tmp_path, n_train=40, n_test=8)
+    c, family = get_config("dc_bilstm")
+    args = {"family": family, "dataset": "trec", "data_dir": str(tmp_path), "embeddings": None,
+            "log": lambda s: None}
+    for train in (lambda w: classify.run(dataclasses.replace(c, batch_size=8), workdir=w, **args),
+                  lambda w: classify.run_lr_sweep(dataclasses.replace(c, batch_size=8), [1e-3],
+                                                  w, **args)):  # a run, and a sweep
+        with pytest.raises(UserError, match="--batch_size=8 does not split over 3 devices"):
+            train(str(tmp_path / "c"))
+        assert not os.path.exists(tmp_path / "c")
 
 
 def test_binary_refuses_too_many_devices(corpus_dir, tmp_path):  # noqa: F811

@@ -117,7 +117,7 @@ def test_bad_values_are_refused_in_one_line(field, value):
 
 # The learning rate of each epoch (0-based) as the papers give it: Zaremba et al.'s medium
 # model "Learning rate = 1 which decays by a factor of 1.2 after 6 epochs", the large one "by
-# a factor of 1.15 after 14 epochs" (papers/zaremba2014_rnn_regularization_notes.txt), the
+# a factor of 1.15 after 14 epochs" (../shared/papers/zaremba2014_rnn_regularization_notes.txt), the
 # small one 0.5 after 4 (their code's SmallConfig: max_epoch 4, lr_decay 0.5); Godin et al.
 # "training for six epochs with a learning rate of one and then applying a decay factor of
 # 0.95 every epoch" (zaremba_small_dropout: "Zaremba's medium setup", their footnote).
@@ -151,3 +151,4 @@ def test_learning_rate_schedule_is_the_papers(name):
         update, state = tx.update(jnp.ones(()), state)
         lrs.append(-float(update))
     np.testing.assert_allclose(lrs[::steps], LR_BY_EPOCH[name], rtol=1e-6)
+    np.testing.assert_allclose(lrs[steps - 1::steps], LR_BY_EPOCH[name], rtol=1e-6)

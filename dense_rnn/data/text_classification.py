@@ -346,16 +346,17 @@ def _named_class_ids(labels: np.ndarray, names: list[str], spec: DatasetSpec,
                      where: str) -> np.ndarray:
     """``labels`` as the local files' class ids by each row's ``label_text``, where every
     name is one of ``spec.class_names`` (in any case): a copy whose ids run in another
-    order (objective = 1 in SentEval's SUBJ, 0 here) is read right. Other names are left
-    as they are; one id under two names is an error."""
+    order (objective = 1 in SentEval's SUBJ, 0 here) is read right. Where any name is not
+    one of them, the ids stay as they are; an id under two names, or a name under two
+    ids, is an error."""
     local = [n.lower() for n in spec.class_names]
     pairs = set(zip(labels.tolist(), (str(n).lower() for n in names), strict=True))
     if not local or any(n not in local for _, n in pairs):
         return labels
     by_id = dict(pairs)
-    if len(by_id) != len(pairs):
-        raise UserError(f"{where}: a class id has two label_text names "
-                        f"({', '.join(sorted(f'{i}={n}' for i, n in pairs))})")
+    if len(by_id) != len(pairs) or len(set(by_id.values())) != len(by_id):
+        raise UserError(f"{where}: its label and label_text columns do not pair one id with "
+                        f"one name ({', '.join(sorted(f'{i}={n}' for i, n in pairs))})")
     return np.asarray([local.index(by_id[i]) for i in labels.tolist()], labels.dtype)
 
 

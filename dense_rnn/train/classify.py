@@ -219,8 +219,7 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
     asked after every step; once it says so, the run checkpoints that step and raises
     ``Interrupted``."""
     wall_start = time.time()
-    mesh = parallel.make_mesh(c.num_devices)  # before anything is written to the workdir
-    parallel.check_batch(c.batch_size, mesh)
+    mesh = parallel.make_mesh(c.num_devices)  # ``run`` has checked the batch over it
     with checkpoint.Checkpointer(workdir, identity, descriptive=DESCRIPTIVE_FIELDS) as ckpt:
         vocab_path = os.path.join(workdir, tc.VOCAB_FILE)  # for classify_infer
         ckpt.keep_data_file(vocab_path, tc.Vocab.load, data.vocab.save, data.vocab,
@@ -332,6 +331,11 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
     }
 
 
+def check_devices(c: ClassifierConfig) -> None:
+    """Refuses ``num_devices`` and a batch they cannot split, before the workdir is made."""
+    parallel.check_batch(c.batch_size, parallel.make_mesh(c.num_devices))
+
+
 def check_workdir(workdir: str, identity: dict[str, Any], cv: bool) -> None:
     """Refuses a ``workdir`` holding a run of another dataset or config, whose
     ``summary.json`` this run would replace: a CV run (``cv``) refuses a single run's
@@ -410,6 +414,7 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
     identity |= {"dataset": dataset, "embeddings": os.path.basename(embeddings or ""),
                  "oov": oov} | ({"max_len": max_len} if max_len else {}) | (
                      {"hf_dataset": hf_dataset} if hf_dataset else {})
+    check_devices(c)
     check_workdir(workdir, identity, cv=bool(spec.num_folds))
     # held until the summary is written (a CV run's folds each lock their fold_K/ too)
     with checkpoint.locked(workdir):
@@ -468,6 +473,7 @@ def run_lr_sweep(c: ClassifierConfig, rates: list[float], workdir: str,
             d.startswith("fold_") for d in os.listdir(workdir))):
         raise UserError(f"workdir {workdir} holds a run without --lr_sweep; use a new "
                         "--workdir for the sweep")
+    check_devices(c)
     runs = {}
     with checkpoint.locked(workdir):  # each rate's run also locks its own lr_RATE/
         for lr in rates:

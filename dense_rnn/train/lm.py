@@ -177,7 +177,7 @@ class Progress:
     # the best validation at an epoch's end, early stopping's baseline: a mid-epoch stop's
     # validation (``max_steps``) may become the best but does not move it (None: a record
     # from before this field, whose baseline was ``best_valid_ppl``)
-    epoch_best_valid_ppl: float | None = None
+    epoch_end_best_valid_ppl: float | None = None
     train_seconds: float = 0.0
     train_tokens: int = 0
     wall_seconds: float = 0.0
@@ -235,8 +235,8 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
                  "opt_state": parallel.put(tx.init(params), replicated),
                  "carries": parallel.put(model.zero_carries(c.batch_size), batch_sharded)}
         state, progress = ckpt.resume(state, Progress())
-        if progress.epoch_best_valid_ppl is None:
-            progress.epoch_best_valid_ppl = progress.best_valid_ppl
+        if progress.epoch_end_best_valid_ppl is None:
+            progress.epoch_end_best_valid_ppl = progress.best_valid_ppl
         if not ckpt.best_readable(state["params"]) or not ckpt.has_best():
             # none left that the progress record could name (set aside as unreadable, gone
             # with the damaged latest checkpoint that saved it, deleted): chosen anew
@@ -349,8 +349,8 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
                 progress.epoch += 1
                 progress.step_in_epoch = 0
                 ppl = valid_and_record()
-                improved = ppl < progress.epoch_best_valid_ppl
-                progress.epoch_best_valid_ppl = min(ppl, progress.epoch_best_valid_ppl)
+                improved = ppl < progress.epoch_end_best_valid_ppl
+                progress.epoch_end_best_valid_ppl = min(ppl, progress.epoch_end_best_valid_ppl)
                 progress.bad_epochs = 0 if improved else progress.bad_epochs + 1
                 if checkpoint.early_stopped(progress.bad_epochs, c.early_stopping_patience):
                     log(f"early stopping: no better valid ppl for {progress.bad_epochs} epochs")
