@@ -191,3 +191,36 @@ def test_too_many_devices_says_the_fix(monkeypatch, visible, text):
     with pytest.raises(UserError, match=f"--num_devices=4, but {text} \\(cpu\\): pass "
                                         f"--num_devices=0 \\(all\\) or at most {visible}$"):
         parallel.make_mesh(4)
+
+
+@pytest.mark.slow  # three binary runs, two of them one run in two processes: ~1 minute
+def test_two_processes_of_two_devices_match_one_device(corpus_dir, tmp_path):  # noqa: F811
+    """``--multihost`` on one machine: two processes (gloo collectives between them) of two
+    CPU devices each train as one process on one device does, and process 0 alone writes
+    the summary."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    args = [sys.executable, "-m", "experiments.ptb_lm", "--config=tiny", "--vocab_size=60",
+            f"--data_dir={corpus_dir}", "--max_steps=30", "--max_epochs=1"]
+    hosts = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+             "JAX_PLATFORMS": "cpu", "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo",
+             "JAX_COORDINATOR_ADDRESS": f"localhost:{port}", "JAX_NUM_PROCESSES": "2"}
+    procs = [subprocess.Popen([*args, f"--workdir={tmp_path / 'two'}", "--multihost"],
+                              cwd=REPO, env={**hosts, "JAX_PROCESS_ID": str(i)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(2)]
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-2000:]
+    one = subprocess.run([*args, f"--workdir={tmp_path / 'one'}"], cwd=REPO, text=True,
+                         capture_output=True, timeout=300, env={**os.environ,
+                                                                "JAX_PLATFORMS": "cpu"})
+    assert one.returncode == 0, one.stderr[-2000:]
+    two, single = (json.loads((tmp_path / n / "summary.json").read_text())
+                   for n in ("two", "one"))
+    assert two["data_parallel_devices"] == 4 and single["data_parallel_devices"] == 1
+    for key in ("best_valid_ppl", "test_ppl"):
+        np.testing.assert_allclose(two[key], single[key], rtol=1e-5)
