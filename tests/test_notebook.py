@@ -25,8 +25,9 @@ def test_quickstart_notebook_runs(data_dir, tmp_path, monkeypatch):
     assert "test perplexity" in outputs and "perplexity" in outputs
     assert "test_accuracy" in outputs
     assert "warning: sst2" not in outputs and "warning: PTB" not in outputs  # excerpts
-    for run in ["lm", "dc_bilstm"]:  # TensorBoard event files from both trainers
-        assert os.listdir(tmp_path / "quickstart_work" / run / "tensorboard")
+    for run in ["lm", "dc_bilstm"]:  # TensorBoard event files from both trainers; each run
+        # is named by the device count, whose batch it has
+        assert os.listdir(tmp_path / "quickstart_work" / f"{run}_8_devices" / "tensorboard")
 
 
 def test_install_cell_without_checkout_or_url_says_what_to_set(tmp_path, monkeypatch):
