@@ -498,28 +498,22 @@ def test_stack_gives_each_layer_and_direction_its_own_scaled_recurrent_mask(bidi
 
     from dense_rnn.stack import RecurrentStack
 
-    def masks(deterministic=False, **kw):
-        stack = RecurrentStack(**{"cell": "lstm", "features": (64, 64), "dropout_rate": 0.4,
-                                  "variational": True, "bidirectional": bidirectional, **kw})
-        x = jnp.ones((8, 5, 3))
-        v = stack.init(jax.random.key(0), x)
-        seen = []
+    args = {"cell": "lstm", "features": (64, 64), "dropout_rate": 0.4, "variational": True,
+            "bidirectional": bidirectional}
+    stack, x, seen = RecurrentStack(**args), jnp.ones((8, 5, 3)), []
 
-        def record(next_fun, args, kwargs, context):
-            if (context.method_name == "__call__"
-                    and isinstance(context.module, (recurrent.Recurrent, recurrent.Bidirectional))
-                    and isinstance(context.module.parent, RecurrentStack)):
-                seen.append(args[3])
-            return next_fun(*args, **kwargs)
+    def record(next_fun, args, kwargs, context):
+        if (context.method_name == "__call__"
+                and isinstance(context.module, (recurrent.Recurrent, recurrent.Bidirectional))
+                and isinstance(context.module.parent, RecurrentStack)):
+            seen.append(args[3])  # the stack passes (x, carry, lengths, recurrent_mask)
+        return next_fun(*args, **kwargs)
 
-        with nn.intercept_methods(record):
-            stack.apply(v, x, deterministic=deterministic, rngs={"dropout": jax.random.key(1)})
-        return seen
-
-    layers = masks()
-    assert len(layers) == 2
-    drawn = [np.asarray(m) for layer in layers
-             for m in (layer if bidirectional else (layer,))]
+    v = stack.init(jax.random.key(0), x)
+    with nn.intercept_methods(record):
+        stack.apply(v, x, deterministic=False, rngs={"dropout": jax.random.key(1)})
+    assert len(seen) == 2
+    drawn = [np.asarray(m) for layer in seen for m in (layer if bidirectional else (layer,))]
     for m in drawn:
         assert m.shape == (8, 64)
         np.testing.assert_allclose(np.unique(m), [0.0, 1 / 0.6], rtol=1e-6)
@@ -527,6 +521,8 @@ def test_stack_gives_each_layer_and_direction_its_own_scaled_recurrent_mask(bidi
     for i in range(len(drawn)):
         for j in range(i):
             assert (drawn[i] != drawn[j]).any()
-    for kw in ({"deterministic": True}, {"variational": False}, {"cell": "gru"},
-               {"dropout_rate": 0.0}):
-        assert masks(**kw) == [None, None]
+    for kw, deterministic in (({}, True), ({"variational": False}, False),
+                              ({"cell": "gru"}, False), ({"dropout_rate": 0.0}, False)):
+        assert RecurrentStack(**(args | kw)).apply(
+            {}, 8, 64, deterministic, method=RecurrentStack.recurrent_masks,
+            rngs={"dropout": jax.random.key(1)}) is None
