@@ -36,7 +36,8 @@ def test_quick_path_runs_a_tiny_workload(capsys):
     assert "| tiny train" in out and "| ours vs flax nn.RNN (>= 1.3) |" in out
 
 
-@pytest.mark.parametrize("parallel", [["--no-parallel_builds"], []])
+@pytest.mark.parametrize("parallel", [  # one after another: ~15 s, and the slower path
+    pytest.param(["--no-parallel_builds"], marks=pytest.mark.slow), []])
 def test_isolated_times_each_implementation_in_its_own_process(capsys, parallel):
     (res,) = run.main(["--quick", "--workloads", "tiny_lm", "--repeats", "2", "--min_time",
                        "0.01", "--impls", "flax nn.RNN", "--isolated", "--warmup", "0.05",
@@ -484,6 +485,7 @@ def test_ab_times_a_revision_against_the_working_tree(capsys):
         ab.main(["tiny_lm", "--base", "no-such-rev"])
 
 
+@pytest.mark.slow  # the training binary in a process of its own, beside two workers: ~25 s
 def test_binary_is_timed_against_the_implementations(tmp_path, capsys):
     words = [f"w{i}" for i in range(40)] + ["<unk>"]
     rng = np.random.default_rng(0)
