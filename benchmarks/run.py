@@ -715,10 +715,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         timings = (time_isolated(name, list(w.impls), repeats, min_time, warmup, parallel)
                    if isolated else time_workload(w, repeats, min_time, warmup))
         rows = summarise(w, timings)
-        for r in rows:  # results.json's environment is the suite's: this row ran under others
-            if r["impl"] == TRITON:
-                r["xla_flags"] = worker_env(TRITON)["XLA_FLAGS"]
         for r in rows:  # each probe builds alone: its build figures replace side-by-side ones
+            if r["impl"] == TRITON:  # results.json's environment is the suite's, not its
+                r["xla_flags"] = worker_env(TRITON)["XLA_FLAGS"]
             probed = peak_memory(name, r["impl"]) if memory else {}
             r.update(probed, built_alone=not parallel or "setup_s" in probed)
         results.append({"workload": w.name, "unit": w.unit, "flops": w.flops, "rows": rows,

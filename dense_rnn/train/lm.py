@@ -281,10 +281,16 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
             log(f"epoch {epoch:.2f} step {progress.global_step}: train ppl {train_ppl:.2f} "
                 f"valid ppl {ppl:.2f} lr {lr:.4g}")
             if ppl < progress.best_valid_ppl:
-                progress.best_valid_ppl = ppl
-                progress.best_epoch = round(epoch, 4) if progress.step_in_epoch else progress.epoch
-                ckpt.save_best(progress.global_step, state["params"], {"valid_ppl": ppl})
+                record_best(ppl, state["params"])
             return ppl
+
+        def record_best(ppl: float, params: Any) -> None:
+            """``params``, validated at ``ppl`` now, as the run's best."""
+            progress.best_valid_ppl = ppl
+            progress.best_epoch = (round(progress.epoch + progress.step_in_epoch
+                                         / steps_per_epoch, 4) if progress.step_in_epoch
+                                   else progress.epoch)
+            ckpt.save_best(progress.global_step, params, {"valid_ppl": ppl})
 
         tokens_per_step = c.batch_size * c.num_steps
         compiled = False
@@ -366,13 +372,8 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
         best_params = best[0] if best is not None else state["params"]
         if best is None and progress.global_step and math.isinf(progress.best_valid_ppl):
             # its best checkpoints were unreadable and no validation since has improved on inf
-            progress.best_valid_ppl = evaluate(model, eval_step, best_params, corpus.valid,
-                                               c.eval_batch_size, c.num_steps, mesh)
-            progress.best_epoch = (round(progress.epoch + progress.step_in_epoch
-                                         / steps_per_epoch, 4) if progress.step_in_epoch
-                                   else progress.epoch)  # as valid_and_record writes it
-            ckpt.save_best(progress.global_step, best_params,
-                           {"valid_ppl": progress.best_valid_ppl})
+            record_best(evaluate(model, eval_step, best_params, corpus.valid,
+                                 c.eval_batch_size, c.num_steps, mesh), best_params)
             save()  # the progress record that names them
             log("no best checkpoint is left: the latest parameters stand for the best")
         test_ppl = evaluate(model, eval_step, best_params, corpus.test, c.eval_batch_size,
