@@ -456,6 +456,16 @@ def test_a_changed_patience_applies_on_resume(corpus_dir, tmp_path, monkeypatch)
     assert again["epochs_completed"] == 3 and lines[0].startswith("resumed from")
 
 
+def test_a_changed_eval_batch_size_is_another_config(corpus_dir, tmp_path):
+    """The validation streams follow the eval batch: the resumed run's validations would be
+    compared with a best measured on other streams."""
+    workdir = str(tmp_path / "w")
+    lm.train_and_evaluate(tiny(max_steps=20), corpus_dir, workdir, log=lambda s: None)
+    with pytest.raises(UserError, match=r"another config \(eval_batch_size: 2 -> 1\)"):
+        lm.train_and_evaluate(tiny(max_steps=40, eval_batch_size=1), corpus_dir, workdir,
+                              log=lambda s: None)
+
+
 def test_an_eval_batch_too_large_for_a_split_fails_before_training(corpus_dir, tmp_path):
     with pytest.raises(UserError, match=r"^the valid split of \d+ tokens is too short for "
                        r"batch size 1000: each of the 1000 streams needs 2 tokens; lower "

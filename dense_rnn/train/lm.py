@@ -33,10 +33,11 @@ from dense_rnn.errors import Interrupted, UserError
 from dense_rnn.models.lm import LanguageModel
 from dense_rnn.train import checkpoint, metrics
 
-# Fields that may change when a run is resumed; every other field must match.
+# Fields that may change when a run is resumed; every other field must match. Not
+# ``eval_batch_size``: it sets the validation streams, and early stopping compares new
+# validations with the best one.
 RESUMABLE_FIELDS = ("max_epochs", "max_steps", "early_stopping_patience", "log_every_steps",
-                    "learning_rate", "max_grad_norm",
-                    "checkpoint_every_steps", "eval_batch_size", "scan_unroll",
+                    "learning_rate", "max_grad_norm", "checkpoint_every_steps", "scan_unroll",
                     "compute_dtype", "num_devices")
 # The paper's numbers beside a config: kept with a run, not compared when it resumes.
 DESCRIPTIVE_FIELDS = ("paper_params", "paper_valid_ppl", "paper_test_ppl")
