@@ -7,8 +7,8 @@ Every cell is split in two so that scans can hoist the input projection:
   product before the scan.
 * ``step(params, carry, xw) -> (carry, h)``: the recurrent part, run once per step.
 
-``cell(params, carry, x) = step(params, carry, project(params, x))`` is the full paper
-equation; tests check it against float64 NumPy references.
+A ``Cell`` called as ``cell(params, carry, x) = step(params, carry, project(params, x))``
+is the full paper equation; tests check it against float64 NumPy references.
 
 Parameters of a cell with input size ``d``, hidden size ``n`` and ``g`` gates:
 ``{"w_ih": (d, g*n), "w_hh": (n, g*n), "b": (g*n,)}``: one bias per gate.
@@ -62,10 +62,20 @@ def lstm_step(
         h_t = o * tanh(c_t)
     """
     c, h = carry
-    i, f, g, o = jnp.split(lstm_gates(xw + recurrent_product(h, params["w_hh"])), 4, axis=-1)
-    c = f * c + i * g
-    h = o * jnp.tanh(c)
+    c, _, h = lstm_update(lstm_gates(xw + recurrent_product(h, params["w_hh"])), c)
     return (c, h), h
+
+
+def lstm_update(acts: Array, c: Array) -> tuple[Array, Array, Array]:
+    """The LSTM's state update from its gate activations ``acts = [i; f; g; o]`` (..., 4H)::
+
+        c_t = f * c_{t-1} + i * g,   h_t = o * tanh(c_t)
+
+    Returns ``(c_t, tanh(c_t), h_t)``; the scan's backward pass reuses ``tanh(c_t)``."""
+    i, f, g, o = jnp.split(acts, 4, axis=-1)
+    c = f * c + i * g
+    tc = jnp.tanh(c)
+    return c, tc, o * tc
 
 
 def gru_step(params: Params, carry: Array, xw: Array) -> tuple[Array, Array]:
@@ -99,6 +109,10 @@ class Cell(NamedTuple):
     step: Callable[[Params, Carry, Array], tuple[Carry, Array]]
     zero_carry: Callable[[tuple[int, ...], int, Any], Carry]
 
+    def __call__(self, params: Params, carry: Carry, x: Array) -> tuple[Carry, Array]:
+        """The full cell equation on a raw input: ``step(params, carry, project(params, x))``."""
+        return self.step(params, carry, project(params, x))
+
 
 def _zeros(batch_shape: tuple[int, ...], n: int, dtype: DTypeLike) -> Array:
     return jnp.zeros((*batch_shape, n), dtype)
@@ -116,11 +130,6 @@ def get_cell(name: str) -> Cell:
     if name not in CELLS:
         raise ValueError(f"unknown cell {name!r}; known cells: {', '.join(CELLS)}")
     return CELLS[name]
-
-
-def cell(name: str, params: Params, carry: Carry, x: Array) -> tuple[Carry, Array]:
-    """The full cell equation on raw inputs: ``step(params, carry, project(params, x))``."""
-    return get_cell(name).step(params, carry, project(params, x))
 
 
 def carry_output(carry: Carry) -> Array:

@@ -64,7 +64,7 @@ DenseStep = Callable[
 def _rnn(
     ws: tuple[Array], carry: Array, xw: Array, rec: Array
 ) -> tuple[Array, Array, tuple[Array]]:
-    h = jnp.tanh(xw + cells.recurrent_product(rec, ws[0]))
+    h, _ = cells.rnn_step({"w_hh": ws[0]}, rec, xw)
     return h, h, (rec,)
 
 

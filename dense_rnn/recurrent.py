@@ -188,7 +188,7 @@ def scan_cell(
       ``(final_carry, outputs)``; outputs are ``(batch, time, hidden)``, zero at padding.
       With ``lengths``, the final carry is the carry after each sequence's last real step.
     """
-    if recurrent_mask is not None and cell.name != "lstm":
+    if recurrent_mask is not None and not _fast_lstm(cell):
         raise ValueError("recurrent (variational) dropout is implemented for the LSTM only")
     if recurrent_mask is not None:  # the scan keeps its carry's dtype
         recurrent_mask = jnp.asarray(recurrent_mask).astype(carry[1].dtype)
@@ -199,7 +199,7 @@ def scan_cell(
     if _fast_lstm(cell):
         carry, ys = lstm_scan(params["w_hh"], xs, carry, mask, recurrent_mask, unroll)
     else:
-        carry, ys = _generic_scan(cell, params, xs, carry, mask, recurrent_mask, unroll)
+        carry, ys = _generic_scan(cell, params, xs, carry, mask, unroll)
     ys = jnp.swapaxes(ys, 0, 1)
     if reverse:
         ys = reverse_padded(ys, lengths)
@@ -212,17 +212,13 @@ def _generic_scan(
     xs: Array,
     carry: cells.Carry,
     mask: Array | None,
-    recurrent_mask: Array | None,
     unroll: int,
 ) -> tuple[cells.Carry, Array]:
     """``cell.step`` scanned over time-major ``xs``; differentiated by JAX."""
 
     def body(carry: cells.Carry, inputs: tuple[Array, Array | None]) -> tuple[cells.Carry, Array]:
         xw_t, m_t = inputs
-        step_carry = carry
-        if recurrent_mask is not None:
-            step_carry = (carry[0], carry[1] * recurrent_mask)
-        new_carry, y = cell.step(params, step_carry, xw_t)
+        new_carry, y = cell.step(params, carry, xw_t)
         if m_t is not None:
             keep = m_t[:, None]
             new_carry = jax.tree.map(lambda n, o: jnp.where(keep, n, o), new_carry, carry)
@@ -241,7 +237,7 @@ def _lstm_forward(
     unroll: int,
     save: bool,
 ) -> tuple[tuple[Array, Array], Array, tuple[Array, Array, Array, Array] | None]:
-    """The LSTM scan of ``cells.lstm_step`` (the same operations, in the same order); with
+    """The LSTM scan of ``cells.lstm_step`` (its gates and ``cells.lstm_update``); with
     ``save`` it also returns per step the residuals its backward pass needs."""
 
     def body(
@@ -251,10 +247,7 @@ def _lstm_forward(
         xw_t, m_t = inputs
         h_in = h if rmask is None else h * rmask
         acts = cells.lstm_gates(xw_t + cells.recurrent_product(h_in, w_hh))
-        i, f, g, o = jnp.split(acts, 4, axis=-1)
-        c_new = f * c + i * g
-        tc = jnp.tanh(c_new)
-        h_new = o * tc
+        c_new, tc, h_new = cells.lstm_update(acts, c)
         res = (acts, c, tc, h) if save else None
         if m_t is None:
             return (c_new, h_new), (h_new, res)

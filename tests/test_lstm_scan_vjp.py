@@ -15,8 +15,12 @@ def plain_scan(w_hh, xw, carry, lengths, reverse, unroll, rmask):
     """``scan_cell`` as it would run with JAX differentiating ``cells.lstm_step``."""
     xs = jnp.swapaxes(recurrent.reverse_padded(xw, lengths) if reverse else xw, 0, 1)
     mask = None if lengths is None else jnp.swapaxes(recurrent.length_mask(lengths, T), 0, 1)
-    carry, ys = recurrent._generic_scan(
-        cells.get_cell("lstm"), {"w_hh": w_hh}, xs, carry, mask, rmask, unroll)
+    def step(params, carry, xw):  # the dropout mask on h_{t-1}, which only the product reads
+        c, h = carry
+        return cells.lstm_step(params, (c, h if rmask is None else h * rmask), xw)
+
+    lstm = cells.get_cell("lstm")._replace(step=step)
+    carry, ys = recurrent._generic_scan(lstm, {"w_hh": w_hh}, xs, carry, mask, unroll)
     ys = jnp.swapaxes(ys, 0, 1)
     return carry, recurrent.reverse_padded(ys, lengths) if reverse else ys
 
