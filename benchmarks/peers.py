@@ -62,6 +62,9 @@ class FlaxLSTMLM(nn.Module):
         drop = nn.Dropout(self.dropout_rate)
         e = nn.Embed(self.vocab_size, self.embed_size, embedding_init=init)(tokens)
         features, new_carries = [drop(e, deterministic)], []
+        # the carries in the compute dtype (the parameters' once cast, as ``LanguageModel``
+        # casts them): float32 carries would promote every product of the stack to float32
+        given, carries = carries, jax.tree.map(lambda a: a.astype(e.dtype), carries)
         lengths = jnp.full(tokens.shape[:1], tokens.shape[1], jnp.int32)
         calls = cudnn_calls(self.num_layers, dense or self.lstm is None, self.dropout_rate)
         for n, layers in enumerate(calls):
@@ -83,7 +86,7 @@ class FlaxLSTMLM(nn.Module):
         if targets is not None:  # the stock loss, differentiated by JAX
             logits = optax.softmax_cross_entropy_with_integer_labels(
                 logits.astype(jnp.float32), targets)
-        return logits, tuple(new_carries)
+        return logits, jax.tree.map(lambda n, g: n.astype(g.dtype), tuple(new_carries), given)
 
 
 def cudnn_calls(num_layers: int, per_layer: bool, dropout_rate: float) -> list[list[int]]:

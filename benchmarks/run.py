@@ -530,10 +530,16 @@ def peak_memory(workload: str, impl: str) -> dict[str, float | None]:
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.run", "--probe", workload, impl],
         capture_output=True, text=True, check=False, env=worker_env(impl))
-    if proc.returncode:
-        print(f"memory probe {workload}/{impl} failed: {proc.stderr[-500:]}", file=sys.stderr)
-        return {}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    lines = proc.stdout.strip().splitlines()
+    try:
+        reply = None if proc.returncode else json.loads(lines[-1])
+    except (IndexError, ValueError):  # no reply line: a failure, reported with its output
+        reply = None
+    if isinstance(reply, dict):
+        return reply
+    print(f"memory probe {workload}/{impl} failed: {(proc.stderr + proc.stdout)[-500:]}",
+          file=sys.stderr)
+    return {}
 
 
 def _fmt(v: float | None, spec: str) -> str:

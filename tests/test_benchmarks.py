@@ -13,12 +13,14 @@ import time
 from types import SimpleNamespace
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.experimental import rnn
 
 from benchmarks import ab, binary, flops, peers, profile, run, workloads
+from dense_rnn import precision
 from dense_rnn.configs import ptb
 from dense_rnn.errors import UserError
 from dense_rnn.train import classify, lm
@@ -123,6 +125,18 @@ def test_the_memory_probe_measures_a_fresh_process():
     assert (mem["device_mb"] is None) == (jax.default_backend() != "gpu")  # a CPU: RSS only
     row = {"rss_mb": 512.4, "device_mb": 2048.0}
     assert run._memory(row) == "512 (GPU 2,048)" and run._memory({**mem, "rss_mb": 7}) == "7"
+
+
+@pytest.mark.parametrize(("returncode", "stdout"), [(1, ""), (0, ""), (0, "stray\n"),
+                                                    (0, "[1, 2]\n")])
+def test_a_memory_probe_without_a_reply_is_a_failure_not_a_crash(monkeypatch, capsys,
+                                                                  returncode, stdout):
+    """A probe that fails, or exits 0 without its JSON reply line, leaves the row's memory
+    empty and says so; the run (and the workload's timings) go on."""
+    monkeypatch.setattr(run.subprocess, "run", lambda *a, **k: SimpleNamespace(
+        returncode=returncode, stdout=stdout, stderr="some error"))
+    assert run.peak_memory("tiny_lm", "ours") == {}
+    assert "memory probe tiny_lm/ours failed: some error" in capsys.readouterr().err
 
 
 def test_ours_x_is_the_median_paired_ratio_with_its_range():
@@ -665,6 +679,36 @@ def test_flax_and_pytorch_peers_compute_our_language_model(connectivity):
             nll = -torch.log_softmax(logits, -1).gather(
                 -1, torch.tensor(np.asarray(tokens)).long()[..., None])[..., 0]
         np.testing.assert_allclose(nll.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("connectivity", ["stacked", "dense"])
+def test_flax_peer_in_bfloat16_runs_every_product_in_bfloat16(connectivity):
+    """Given bfloat16 parameters (the compute dtype, as the training step casts them) and
+    float32 carries, every product of the Flax peer's step, forward and backward, takes
+    bfloat16 operands, as ours' do; the carries come back float32."""
+    c, model, tokens, ours = _tiny_lm(connectivity)
+    peer = peers.FlaxLSTMLM(c.vocab_size, c.embed_size, c.hidden_size, c.num_layers,
+                            connectivity, c.dropout_rate, c.init_scale)
+    params = precision.cast_floating(_flax_layout(ours, c), jnp.bfloat16)
+
+    def loss(p):
+        nll, carries = peer.apply({"params": p}, tokens, model.zero_carries(4), tokens)
+        return nll.sum(), carries
+
+    jaxpr = jax.make_jaxpr(jax.grad(loss, has_aux=True))(params)
+    dots = [e for e in _eqns(jaxpr.jaxpr) if e.primitive.name == "dot_general"]
+    assert len(dots) >= 3 * (2 * c.num_layers + 1)  # input, recurrent, softmax: fwd and bwd
+    assert {v.aval.dtype for e in dots for v in e.invars} == {jnp.dtype(jnp.bfloat16)}
+    _, carries = jax.grad(loss, has_aux=True)(params)
+    assert {a.dtype for a in jax.tree.leaves(carries)} == {jnp.dtype(jnp.float32)}
+
+
+def _eqns(jaxpr):
+    """Every equation of ``jaxpr``, those of the jaxprs inside it (scans, jits) included."""
+    for e in jaxpr.eqns:
+        yield e
+        for sub in jax.extend.core.jaxprs_in_params(e.params):
+            yield from _eqns(sub)
 
 
 def _dc_bilstm():
