@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import errno
+import logging as pylogging
 import os
+import re
 import signal
 import sys
 import threading
@@ -80,6 +83,7 @@ def run_binary(run: Callable[[], None]) -> None:
 
     def main(argv: list[str]) -> None:
         logging.set_verbosity(logging.ERROR)
+        logging.get_absl_handler().addFilter(_not_the_checkpoint_library)
         if len(argv) > 1:
             raise UserError(f"unexpected arguments {' '.join(argv[1:])!r}; every option is a "
                             "--flag=value (--helpfull lists them)")
@@ -88,6 +92,13 @@ def run_binary(run: Callable[[], None]) -> None:
     app.run(lambda argv: _one_line_errors(
         main, argv, interrupted=f"interrupted; {INTERRUPTED_HINT}"),
         flags_parser=_parse_flags)
+
+
+def _not_the_checkpoint_library(record: pylogging.LogRecord) -> bool:
+    """Drops orbax's own error logs: each comes with a traceback (a failed write in a
+    background thread; a damaged metadata file it then does without), and what matters of
+    it reaches the binaries as an exception, which they report in one line."""
+    return "orbax" not in record.pathname.replace(os.sep, "/").split("/")
 
 
 def _parse_flags(argv: list[str]) -> list[str]:
@@ -125,3 +136,35 @@ def _one_line_errors(fn: Callable[..., object], *args: object,
     except KeyboardInterrupt:
         print(interrupted, file=sys.stderr)
         sys.exit(130)
+    except Exception as e:
+        if not _no_space(e):
+            raise
+        where = _written_path(e)
+        print(f"error: no space left on device{f' writing {where}' if where else ''}; free "
+              "some space, or choose a --workdir on another disk, and rerun the same "
+              "command: a training run resumes from its last complete checkpoint",
+              file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(2)  # not the checkpointer's pending writes' tracebacks on the way out
+
+
+def _no_space(e: BaseException | None) -> BaseException | None:
+    """``e``, or the exception it was raised from, that is a full disk (``ENOSPC``; the
+    checkpoint library reports it in its message), or None."""
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if getattr(e, "errno", None) == errno.ENOSPC or "No space left on device" in str(e):
+            return e
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def _written_path(e: BaseException) -> str | None:
+    """The file a full disk's error names: an ``OSError``'s, or the first quoted absolute
+    path in the checkpoint library's message."""
+    e = _no_space(e)
+    if getattr(e, "filename", None):
+        return str(e.filename)
+    quoted = re.search(r'"(/[^"]+)"', str(e))
+    return quoted.group(1) if quoted else None

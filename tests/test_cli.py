@@ -1,6 +1,7 @@
 """The binaries' shared entry point: one-line errors, and Ctrl-C / SIGTERM as a request to
 stop that the training loops answer with a checkpoint."""
 
+import logging
 import os
 import signal
 import subprocess
@@ -39,6 +40,42 @@ def test_errors_and_interrupts_end_in_one_line(capsys, error, status, line):
         cli._one_line_errors(fail)
     assert e.value.code == status
     assert capsys.readouterr().err == line + "\n"
+
+
+@pytest.mark.parametrize(("raise_", "where"), [
+    ("raise OSError(errno.ENOSPC, 'No space left on device', '/w/run_identity.json')",
+     " writing /w/run_identity.json"),
+    ("raise RuntimeError('saving failed') from ValueError('RESOURCE_EXHAUSTED: Error writing "
+     "in OCDBT database at local file \"/w/checkpoints/10.orbax-checkpoint-tmp/\": Failed "
+     "to write 379631 bytes to file 8: No space left on device')",
+     " writing /w/checkpoints/10.orbax-checkpoint-tmp/"),
+])
+def test_a_full_disk_is_one_line_saying_the_run_resumes(raise_, where):
+    """Whether the binary's own write or the checkpoint library's fails (its error chained
+    or in its message): one line, exit status 2, and nothing of the library's pending writes
+    on the way out."""
+    code = (f"import errno\nfrom dense_rnn import cli\ndef f():\n    {raise_}\n"
+            "cli._one_line_errors(f)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       cwd=REPO, check=False)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr == (f"error: no space left on device{where}; free some space, or choose "
+                        "a --workdir on another disk, and rerun the same command: a training "
+                        "run resumes from its last complete checkpoint\n")
+
+
+def test_other_exceptions_keep_their_traceback():
+    with pytest.raises(ZeroDivisionError):
+        cli._one_line_errors(lambda: 1 / 0)
+
+
+def test_the_checkpoint_librarys_error_logs_are_left_out():
+    """They repeat, with a traceback, an error the binary reports in one line."""
+    record = logging.LogRecord("absl", logging.ERROR, "/site-packages/orbax/checkpoint/_src/"
+                               "futures/future.py", 387, "raised", None, None)
+    assert not cli._not_the_checkpoint_library(record)
+    record.pathname = "/site-packages/jax/_src/xla_bridge.py"
+    assert cli._not_the_checkpoint_library(record)
 
 
 def test_ctrl_c_before_training_exits_at_once_in_one_line():

@@ -7,7 +7,7 @@ import pytest
 
 from dense_rnn.configs import dc_bilstm as cfg
 from dense_rnn.models import CLASSIFIERS, DCBiLSTM
-from dense_rnn.models.dc_bilstm import masked_mean
+from dense_rnn.models.dc_bilstm import dense_features, masked_mean
 from dense_rnn.recurrent import Bidirectional
 from dense_rnn.train.classify import num_params_without_embedding
 
@@ -58,7 +58,7 @@ def test_the_configs_params_columns_are_the_papers():
 
 def full_param_count(dl: int, dh: int, th: int, num_classes: int) -> int:
     """All parameters but the embedding (m = 300): LSTM weights and biases, softmax."""
-    biases = sum(2 * 4 * d for d in cfg.dense_features(dl, dh, th))
+    biases = sum(2 * 4 * d for d in dense_features(dl, dh, th))
     return cfg.lstm_weight_count(300, dl, dh, th) + biases + 2 * th * num_classes + num_classes
 
 
@@ -74,6 +74,10 @@ def test_config_values_and_param_counts(name):
     assert (c.model_args["dl"], c.model_args["dh"], c.model_args["th"]) == (dl, dh, th)
     assert c.model == "dc_bilstm" and c.model in CLASSIFIERS
     assert (c.embed_size, c.learning_rate, c.batch_size, c.l2) == (300, 0.005, 200, 1e-3)
+    # the recipe's values the paper does not give (ours; see the config module)
+    assert (c.model_args["dropout_embed"], c.model_args["dropout_pool"], c.max_epochs,
+            c.early_stopping_patience, c.max_grad_norm, c.freeze_embeddings) == (
+                0.3, 0.5, 20, 5, 0.0, False)
     assert cfg.paper_param_count(c) == paper
     assert f"{paper / 1e6:.2f}M" == PAPER_ROUNDED[name]
     assert full_param_count(dl, dh, th, 2) == full2
@@ -198,6 +202,20 @@ def test_model_against_numpy_reference():
     p = jax.tree.map(lambda a: np.asarray(a, np.float64), params["params"])
     for row, n, got in zip(tokens, lengths, logits, strict=True):
         np.testing.assert_allclose(got, _np_dc_bilstm(p, row[:n]), rtol=1e-5, atol=1e-6)
+
+
+def test_each_dropout_rate_at_its_place():
+    """``dropout_embed`` on the word embeddings, ``dropout_pool`` on the pooled vector."""
+    model = DCBiLSTM(vocab_size=20, num_classes=3, embed_size=64, dl=1, dh=2, th=400,
+                     dropout_embed=0.2, dropout_pool=0.7)
+    tokens = jnp.asarray(np.random.default_rng(0).integers(2, 20, (4, 6)), jnp.int32)
+    params = model.init(jax.random.key(0), tokens)
+    _, state = model.apply(params, tokens, deterministic=False, capture_intermediates=True,
+                           rngs={"dropout": jax.random.key(1)}, mutable=["intermediates"])
+    dropped = {k: float(np.mean(np.asarray(v["__call__"][0]) == 0))
+               for k, v in state["intermediates"].items() if k.startswith("Dropout")}
+    assert dropped.keys() == {"Dropout_0", "Dropout_1"}  # embeddings, then the pooled vector
+    assert abs(dropped["Dropout_0"] - 0.2) < 0.05 and abs(dropped["Dropout_1"] - 0.7) < 0.05
 
 
 def test_dropout_only_in_training():

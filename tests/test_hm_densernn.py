@@ -1,6 +1,8 @@
 """HM-DenseRNN: strided multiscale stack vs the literal eq. 4-6 reference, Gated HORNN,
 classifier, named configs and their parameter counts (Zhao et al. 2019, Tables 2-3)."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -51,14 +53,16 @@ def test_strided_stack_matches_literal_reference(cell, depths, multiscale, dense
 
 
 def test_short_sentences_reach_the_top_layer():
-    """A sequence that ends inside a block still updates every layer at its last token."""
+    """A sequence that ends inside a block still updates every layer at its last token,
+    whatever padding follows it."""
     stack = HMDenseStack("gru", H, (2, 4, 8))
-    x = jax.random.normal(jax.random.key(3), (2, 3, D))
+    x = jax.random.normal(jax.random.key(3), (2, 7, D))  # 3 real steps, 4 of padding
     params = stack.init(jax.random.key(1), x)
-    full, _ = stack.apply(params, x)
+    short, _ = stack.apply(params, x[:, :3])
     top, _ = stack.apply(params, x, jnp.array([3, 3]))
-    np.testing.assert_allclose(full, top, atol=1e-6)  # lengths=None: every step is real
+    np.testing.assert_allclose(top, short, atol=1e-6)
     assert np.all(np.abs(np.asarray(top)) > 0) and not np.allclose(top[0], top[1])
+    assert not np.allclose(top, stack.apply(params, x)[0])  # the padding would change it
 
 
 def test_schedule_doubles_depth_and_strides():
@@ -108,7 +112,9 @@ def test_config_names():
     assert set(cfg.CONFIGS) == names
     for c in cfg.CONFIGS.values():
         assert c.model in CLASSIFIERS and c.max_grad_norm == 1.0 and c.embed_size == 300
-        assert c.learning_rate in cfg.LR_SWEEP
+        assert c.learning_rate == 1e-3 and cfg.LR_SWEEP == (1e-2, 1e-3, 1e-4)
+        assert (c.batch_size, c.max_epochs, c.early_stopping_patience, c.l2,
+                c.freeze_embeddings) == (64, 20, 3, 0.0, False)
 
 
 def test_config_architectures():
@@ -223,13 +229,67 @@ def test_classifier_lengths_past_padded_length_and_none(net):
     """Lengths past T are the whole row (no NaN, also where T is not a multiple of the
     strides); ``lengths=None``: every row full length."""
     model = CLASSIFIERS["hm_text_classifier"](vocab_size=20, num_classes=3, embed_size=5,
-                                              net=net, features=4, depths=(2, 4, 8))
+                                              net=net, features=4,
+                                              **({"depths": (2, 4, 8)} if net == "hm" else {}))
     tokens = jax.random.randint(jax.random.key(0), (3, 13), 2, 20)
     params = model.init(jax.random.key(1), tokens)
     full = model.apply(params, tokens, jnp.array([13, 13, 0]))
     np.testing.assert_array_equal(model.apply(params, tokens, jnp.array([13, 20, 0])), full)
     np.testing.assert_allclose(model.apply(params, tokens),
                                model.apply(params, tokens, jnp.full((3,), 13)), atol=1e-6)
+
+
+def _np_classifier(p, tokens, net, cell, layers):
+    """Float64 logits of one unpadded sequence through a ``stacked`` (``cell``) or ``hornn``
+    classifier of ``layers`` layers: each layer's states feed the next; the top layer's last
+    state feeds the softmax layer."""
+    xs = p["embed"]["embedding"][tokens]
+    for i in range(layers):
+        if net == "hornn":
+            xs = _hornn_reference(p[f"hornn_{i}"], xs, order=2)
+            continue
+        q, h, c, hs = p["rnn"][f"layer_{i}"], np.zeros(H), np.zeros(H), []
+        for x in xs:  # a plain cell: x~_t = h_{t-1}
+            h, c = ref.cell_update(cell, q, x, h, h, c, q["w_hh"])
+            hs.append(h)
+        xs = np.array(hs)
+    return xs[-1] @ p["softmax"]["kernel"] + p["softmax"]["bias"]
+
+
+@pytest.mark.parametrize(("net", "cell"), [("stacked", "gru"), ("stacked", "lstm"),
+                                           ("stacked", "rnn"), ("hornn", "gru")])
+def test_multilayer_classifier_matches_numpy(net, cell):
+    """Three stacked layers (Table 2's ``stacked_*`` rows) against a float64 reference, on
+    a padded batch whose padding is real tokens; the sown sentence vector is what the
+    softmax layer reads."""
+    args = {"cell": cell} if net == "stacked" else {}
+    model = CLASSIFIERS["hm_text_classifier"](vocab_size=20, num_classes=3, embed_size=D,
+                                              net=net, features=H, layers=3, **args)
+    tokens = jax.random.randint(jax.random.key(0), (3, 9), 2, 20)
+    params = model.init(jax.random.key(1), tokens)["params"]
+    params = jax.tree.map(lambda a: jax.random.normal(jax.random.key(2), a.shape, a.dtype)
+                          * 0.5, params)  # past the init's small range, biases included
+    logits, state = model.apply({"params": params}, tokens, jnp.array([9, 5, 1]),
+                                mutable=["intermediates"])
+    p64 = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
+    for row, n, got in zip(np.asarray(tokens), [9, 5, 1], logits, strict=True):
+        np.testing.assert_allclose(got, _np_classifier(p64, row[:n], net, cell, 3),
+                                   rtol=1e-5, atol=1e-6)
+    (sentence,) = state["intermediates"]["sentence"]
+    np.testing.assert_allclose(sentence @ params["softmax"]["kernel"]
+                               + params["softmax"]["bias"], logits, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(("net", "args"), [("hornn", {"cell": "lstm"}),
+                                           ("stacked", {"depths": (2, 4)}),
+                                           ("hm", {"layers": 3}), ("hm", {"hornn_order": 3})])
+def test_an_attribute_another_net_reads_is_an_error(net, args):
+    model = CLASSIFIERS["hm_text_classifier"](vocab_size=20, num_classes=3, embed_size=D,
+                                              net=net, features=H, **args)
+    (name, value), = args.items()
+    with pytest.raises(ValueError, match=re.escape(
+            f"HMTextClassifier: {name}={value!r} does not apply to net={net!r}; leave it out")):
+        model.init(jax.random.key(0), jnp.ones((1, 4), jnp.int32))
 
 
 def test_malformed_inputs_are_one_line_errors():

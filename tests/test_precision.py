@@ -16,11 +16,21 @@ from dense_rnn.errors import UserError
 from dense_rnn.train import classify, lm
 from tests.test_ptb_lm_binary import corpus_dir, tiny  # noqa: F401
 
-# bfloat16 keeps 8 significant bits (relative rounding 2^-9 = 0.2%); the LM's NLL and its
-# gradient differ from float32 by well under these bounds.
+# bfloat16 keeps 8 significant bits (relative rounding 2^-9 = 0.2%); the NLL and each
+# parameter's gradient differ from float32 by well under these bounds (the gradients of
+# the tiny models here by 0.1-6%, the largest at biases of HM-DenseLSTM).
 LOSS_RTOL = 1e-2
-GRAD_COSINE = 0.99
+GRAD_RTOL = 0.1
 PPL_RTOL = 0.03
+
+
+def assert_grads_close(got, want):
+    """Each parameter's gradient within ``GRAD_RTOL`` (relative, in norm) of float32's: a
+    layer's gradient lost in bfloat16 shows, whatever its share of the whole."""
+    for (path, w), g in zip(jax.tree_util.tree_leaves_with_path(want), jax.tree.leaves(got),
+                            strict=True):
+        err = np.linalg.norm(np.ravel(g) - np.ravel(w)) / np.linalg.norm(np.ravel(w))
+        assert err < GRAD_RTOL, (jax.tree_util.keystr(path), err)
 
 
 def one_step(dtype):
@@ -43,9 +53,7 @@ def test_bfloat16_step_matches_float32():
     assert nll16.dtype == jnp.float32
     assert all(x.dtype == jnp.float32 for x in jax.tree.leaves((new16, carries16)))
     np.testing.assert_allclose(nll16, nll32, rtol=LOSS_RTOL)
-    a = np.concatenate([np.ravel(x) for x in jax.tree.leaves(g32)])
-    b = np.concatenate([np.ravel(x) for x in jax.tree.leaves(g16)])
-    assert a @ b / np.linalg.norm(a) / np.linalg.norm(b) > GRAD_COSINE
+    assert_grads_close(g16, g32)
 
 
 def test_bfloat16_training_run(corpus_dir, tmp_path):  # noqa: F811
@@ -73,15 +81,18 @@ def test_bfloat16_classifier_step(name):
     rng = np.random.default_rng(0)
     ids = [rng.integers(2, 30, rng.integers(1, 12)) for _ in range(8)]
     batch = next(tc.batches(ids, rng.integers(0, 3, 8), 8))
-    losses = {}
+    losses, grads = {}, {}
     for dtype in ["float32", "bfloat16"]:
         c = dataclasses.replace(config, compute_dtype=dtype)
         params = classify.init_params(model, jax.random.key(0))
-        tx = classify.make_optimizer(c, params)
+        tx = optax.sgd(1.0)  # the update is the gradient (the L2 term's included)
         train_step, _ = classify.make_steps(model, tx, c)
+        before = jax.tree.map(np.asarray, params)  # the step donates its inputs
         new, _, losses[dtype], _ = train_step(params, tx.init(params), batch, 0)
         assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(new))
+        grads[dtype] = jax.tree.map(lambda a, b: a - b, before, new)
     np.testing.assert_allclose(losses["bfloat16"], losses["float32"], rtol=LOSS_RTOL)
+    assert_grads_close(grads["bfloat16"], grads["float32"])
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])

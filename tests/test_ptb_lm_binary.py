@@ -464,6 +464,16 @@ def test_a_changed_eval_batch_size_is_another_config(corpus_dir, tmp_path):
     with pytest.raises(UserError, match=r"another config \(eval_batch_size: 2 -> 1\)"):
         lm.train_and_evaluate(tiny(max_steps=40, eval_batch_size=1), corpus_dir, workdir,
                               log=lambda s: None)
+    # a run of a version that did not store it resumes, under any eval batch
+    path = os.path.join(workdir, "run_identity.json")
+    with open(path) as f:
+        stored = json.load(f)
+    del stored["eval_batch_size"]
+    with open(path, "w") as f:
+        json.dump(stored, f)
+    resumed = lm.train_and_evaluate(tiny(max_steps=40, eval_batch_size=1), corpus_dir,
+                                    workdir, log=lambda s: None)
+    assert resumed["steps"] == 40
 
 
 def test_an_eval_batch_too_large_for_a_split_fails_before_training(corpus_dir, tmp_path):

@@ -14,12 +14,16 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from dense_rnn.configs.dc_bilstm import dense_features
 from dense_rnn.dropout import Dropout
 from dense_rnn.recurrent import check_sizes, check_tokens, clamp_lengths, length_mask
 from dense_rnn.stack import RecurrentStack
 
 Array = jax.Array
+
+
+def dense_features(dl: int, dh: int, th: int) -> tuple[int, ...]:
+    """Hidden sizes of the dense module followed by the top Bi-LSTM; ``dh=0`` means no module."""
+    return (dh,) * (dl if dh else 0) + (th,)
 
 
 def masked_mean(h: Array, lengths: Array | None) -> Array:
@@ -42,6 +46,10 @@ class DCBiLSTM(nn.Module):
       vocab_size, num_classes, embed_size: sizes (``embed`` is an ``nn.Embed``).
       dl, dh, th: dense layers, their units per direction, top Bi-LSTM units.
       dropout_embed, dropout_pool: dropout on word embeddings and on the pooled vector.
+
+    The pooled sentence vector (before its dropout) is sown as ``intermediates/sentence``:
+    ``model.apply(variables, tokens, lengths, mutable=["intermediates"])`` returns it
+    beside the logits.
     """
 
     vocab_size: int
@@ -77,5 +85,7 @@ class DCBiLSTM(nn.Module):
             bidirectional=True,
             name="dense_bilstm",
         )(e, lengths=lengths, deterministic=deterministic)
-        pooled = Dropout(self.dropout_pool)(masked_mean(hs[-1], lengths), deterministic)
+        sentence = masked_mean(hs[-1], lengths)
+        self.sow("intermediates", "sentence", sentence)
+        pooled = Dropout(self.dropout_pool)(sentence, deterministic)
         return nn.Dense(self.num_classes, name="softmax")(pooled)

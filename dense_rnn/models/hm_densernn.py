@@ -28,6 +28,10 @@ from dense_rnn.stack import RecurrentStack
 
 Array = jax.Array
 NETS = ("stacked", "hornn", "hm")
+# The attributes each net does not read.
+UNUSED = {"stacked": ("depths", "multiscale", "dense", "hornn_order"),
+          "hornn": ("cell", "depths", "multiscale", "dense"),
+          "hm": ("layers", "hornn_order")}
 
 
 class HMTextClassifier(nn.Module):
@@ -46,8 +50,10 @@ class HMTextClassifier(nn.Module):
       multiscale, dense: ``hm`` only; ``False`` gives the Table 3 ablations.
       hornn_order: order of the Gated HORNN; ``hornn`` only.
 
-    Attributes that do not apply to ``net`` are silently ignored (``layers`` and ``depths``
-    must still be at least 1).
+    An attribute that does not apply to ``net``, set away from its default, is an error.
+    The sentence vector the softmax layer reads (the top layer's final state) is sown as
+    ``intermediates/sentence``: ``model.apply(variables, tokens, lengths,
+    mutable=["intermediates"])`` returns it beside the logits.
     """
 
     vocab_size: int
@@ -62,7 +68,7 @@ class HMTextClassifier(nn.Module):
     dense: bool = True
     hornn_order: int = 2
 
-    def recurrent_net(self, x: Array, lengths: Array | None) -> Array:
+    def _recurrent_net(self, x: Array, lengths: Array | None) -> Array:
         """Final hidden state of the top recurrent layer, ``(batch, features)``."""
         if self.net == "stacked":
             init = pytorch_uniform(self.features)
@@ -95,8 +101,16 @@ class HMTextClassifier(nn.Module):
         if self.features < 1 or self.layers < 1 or min(self.depths, default=0) < 1:
             raise ValueError(f"features={self.features}, layers={self.layers}, depths="
                              f"{tuple(self.depths)}: each must be at least 1")
+        fields = type(self).__dataclass_fields__
+        unused = [f"{k}={getattr(self, k)!r}" for k in UNUSED.get(self.net, ())
+                  if getattr(self, k) != fields[k].default]
+        if unused:
+            raise ValueError(f"HMTextClassifier: {', '.join(unused)} does not apply to "
+                             f"net={self.net!r}; leave it out")
         check_tokens("HMTextClassifier", tokens)
         check_sizes("HMTextClassifier", vocab_size=self.vocab_size,
                     num_classes=self.num_classes, embed_size=self.embed_size)
         e = nn.Embed(self.vocab_size, self.embed_size, name="embed")(tokens)
-        return nn.Dense(self.num_classes, name="softmax")(self.recurrent_net(e, lengths))
+        sentence = self._recurrent_net(e, lengths)
+        self.sow("intermediates", "sentence", sentence)
+        return nn.Dense(self.num_classes, name="softmax")(sentence)

@@ -231,14 +231,17 @@ class Checkpointer:
     checkpoint is saved, so a run that fails before that leaves the workdir free for any
     config. One process at a time trains in a workdir: it is locked until ``close`` (or the
     process's end), unless a ``locked`` block around it holds the lock already.
-    ``read_only`` (inference) creates, writes and locks nothing there.
+    ``read_only`` (inference) creates, writes and locks nothing there. ``added``: identity
+    keys that older versions left out; a stored identity without one is not compared on it.
     """
 
     def __init__(self, workdir: str, identity: dict[str, Any], max_to_keep: int = 2,
-                 descriptive: tuple[str, ...] = (), read_only: bool = False):
+                 descriptive: tuple[str, ...] = (), read_only: bool = False,
+                 added: tuple[str, ...] = ()):
         self.workdir = workdir
         self.identity = json.loads(json.dumps(identity))  # as stored: tuples become lists
         self.descriptive = descriptive
+        self.added = added
         self._held = contextlib.ExitStack()  # the workdir's lock, until close
         if not read_only and os.path.realpath(workdir) not in _run_locks:
             self._held.enter_context(_hold(workdir))
@@ -256,7 +259,8 @@ class Checkpointer:
             raise
 
     def _check_identity(self, stored: dict[str, Any]) -> None:
-        error = identity_error(self.workdir, stored, self.identity, self.descriptive)
+        older = tuple(k for k in self.added if k not in stored)  # a run from before them
+        error = identity_error(self.workdir, stored, self.identity, self.descriptive + older)
         if error:
             raise error
 

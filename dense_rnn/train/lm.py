@@ -41,6 +41,8 @@ RESUMABLE_FIELDS = ("max_epochs", "max_steps", "early_stopping_patience", "log_e
                     "compute_dtype", "num_devices")
 # The paper's numbers beside a config: kept with a run, not compared when it resumes.
 DESCRIPTIVE_FIELDS = ("paper_params", "paper_valid_ppl", "paper_test_ppl")
+# Identity fields that runs of older versions lack (resumable then): not compared with them.
+ADDED_FIELDS = ("eval_batch_size",)
 # Jitted steps; carries are the per-layer LSTM states of ``LanguageModel``.
 TrainStep = Callable[..., tuple[Any, optax.OptState, tuple, jax.Array]]
 EvalStep = Callable[..., tuple[tuple, jax.Array]]
@@ -222,7 +224,8 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
                         f"num_steps {c.num_steps}")
     for name, split in (("valid", corpus.valid), ("test", corpus.test)):  # not after training
         ptb.batchify(split, c.eval_batch_size, f"the {name} split", "--eval_batch_size")
-    with checkpoint.Checkpointer(workdir, identity, descriptive=DESCRIPTIVE_FIELDS) as ckpt:
+    with checkpoint.Checkpointer(workdir, identity, descriptive=DESCRIPTIVE_FIELDS,
+                                 added=ADDED_FIELDS) as ckpt:
         vocab_path = os.path.join(workdir, ptb.VOCAB_FILE)  # for lm_infer
         ckpt.keep_data_file(vocab_path, ptb.read_vocab,
                             lambda path: ptb.write_vocab(path, corpus.vocab), corpus.vocab,
