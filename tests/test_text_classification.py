@@ -12,6 +12,7 @@ import sys
 import time
 import warnings
 
+import datasets
 import numpy as np
 import pytest
 
@@ -718,6 +719,30 @@ def test_size_warnings_unless_the_data_is_an_excerpt(tmp_path):
                              "is a file cut short, or another version of trec?",
                              "warning: trec test has 8 examples, the standard split 500: is a "
                              "file cut short, or another version of trec?"] if warned else [])
+
+
+def test_a_class_missing_from_the_training_data_is_warned_about(tmp_path):
+    """A training split (or a CV dataset's pooled data) without some class: one warning
+    line naming it; a test split may lack classes."""
+    spec = tc.get_dataset("trec")
+    rows = lambda labels: datasets.Dataset.from_dict(  # noqa: E731
+        {"tokens": [["w"]] * len(labels), "label": labels})
+    assert tc.class_warnings("trec", spec, {"train": rows([0, 1, 2, 3, 4, 5]),
+                                            "test": rows([0])}) == []
+    assert tc.class_warnings("trec", spec, {"train": rows([0, 0, 2, 3, 3])}) == [
+        "warning: trec train has no example of class DESC, LOC, NUM (of 6); are its labels "
+        "right?"]
+    mr = tc.get_dataset("mr")
+    assert tc.class_warnings("mr", mr, {"all": rows([1, 1])}) == [
+        "warning: mr all has no example of class negative (of 2); are its labels right?"]
+    _write(f"{tmp_path}/trec/train_5500.label", b"\n".join(
+        b"DESC:def w%d w2 w3 w4" % i for i in range(40)))
+    _write(f"{tmp_path}/trec/TREC_10.label", b"DESC:def w1 w2\nHUM:ind w3 w4")
+    lines = []
+    _tiny_run(tmp_path, tmp_path / "w", log=lines.append, check_sizes=False)
+    assert [line for line in lines if line.startswith("warning:")] == [
+        "warning: trec train has no example of class ABBR, ENTY, HUM, LOC, NUM (of 6); are "
+        "its labels right?"]
 
 
 def test_resume_on_another_vocabulary_refused(tmp_path):

@@ -275,6 +275,22 @@ def size_warnings(name: str, spec: DatasetSpec, splits: Splits) -> list[str]:
     return [f"warning: {name} {split} has {len(splits[split]):,} examples, the standard "
             f"split {n:,}: is a file cut short, or another version of {name}?"
             for split, n in spec.sizes.items() if split in splits and len(splits[split]) != n]
+
+
+def class_warnings(name: str, spec: DatasetSpec, splits: Splits) -> list[str]:
+    """A line for the training data (``train``, or a CV dataset's pooled ``all``) when a
+    class has no example in it: a mislabelled file trains a classifier that never says it."""
+    lines, names = [], spec.class_names or tuple(map(str, range(spec.num_classes)))
+    for split in ("train", "all"):
+        if split in splits:
+            missing = sorted(set(range(spec.num_classes)) - set(splits[split]["label"]))
+            if missing:
+                lines.append(f"warning: {name} {split} has no example of class "
+                             f"{', '.join(names[i] for i in missing)} (of "
+                             f"{spec.num_classes}); are its labels right?")
+    return lines
+
+
 _HUB_SPLITS = {"train": "train", "validation": "dev", "valid": "dev", "dev": "dev",
                "test": "test"}
 

@@ -399,6 +399,9 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
         if check_sizes and starts:
             for line in tc.size_warnings(dataset, spec, raw):
                 log(line)
+    if starts:
+        for line in tc.class_warnings(dataset, spec, raw):
+            log(line)
     if max_len:
         raw = tc.truncate(raw, max_len)
     vectors = None
