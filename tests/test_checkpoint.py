@@ -3,6 +3,7 @@
 import dataclasses
 import errno
 import os
+import re
 import shutil
 import socket
 import sys
@@ -25,6 +26,12 @@ def test_identity_with_tuples_resumes(tmp_path):
     checkpoint.Checkpointer(str(tmp_path), identity).close()  # the same config resumes
     with pytest.raises(UserError, match="another config"):
         checkpoint.Checkpointer(str(tmp_path), {**identity, "dataset": "imdb"})
+    # a nested field is shown by the keys that differ in it
+    with pytest.raises(UserError, match=re.escape(
+            "another config (model_args.cell: None -> 'lstm', model_args.depths: [2, 4, 8] -> "
+            "[2, 4]); use")):
+        checkpoint.Checkpointer(str(tmp_path), {**identity, "model_args": {
+            "depths": (2, 4), "cell": "lstm"}})
 
 
 def test_a_corrected_paper_number_leaves_the_run_resumable(tmp_path):

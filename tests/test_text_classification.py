@@ -145,6 +145,8 @@ def test_bad_files(tmp_path):
     for split in ("train", "dev", "test"):
         _write(f"{d}/sst/stsa.binary.{split}", b"1 good film\n\n   \n0 bad film\n")
     assert len(tc.load_sst(d, fine=False)["train"]) == 2  # blank lines skipped
+    _write(f"{d}/sst/stsa.binary.train", b"1\tgood film\n0  bad film\n")
+    assert tc.load_sst(d, fine=False)["train"]["tokens"] == [["good", "film"], ["bad", "film"]]
     _write(f"{d}/sst/stsa.binary.dev", "1 caf\xe9 au lait\n".encode("cp1252"))
     with pytest.raises(UserError, match="not utf-8 text"):
         tc.load_sst(d, fine=False)

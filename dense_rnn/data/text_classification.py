@@ -109,10 +109,10 @@ def _dataset(texts: Sequence[str], labels: Sequence[int],
 
 
 def _labelled_lines(path: str, encoding: str, num_classes: int) -> tuple[list[str], list[int]]:
-    """``<label> <text>`` lines (Kim's ``stsa.*`` files)."""
+    """``<label> <text>`` lines (Kim's ``stsa.*`` files; a tab after the label also does)."""
     texts, labels = [], []
     for n, line in read_lines(path, encoding):
-        head, _, text = line.strip().partition(" ")
+        head, text = (line.split(maxsplit=1) + ["", ""])[:2]
         if not re.fullmatch(r"[0-9]+", head) or not 0 <= int(head) < num_classes:
             raise UserError(f"{path}: line {n} does not start with a label in "
                             f"0..{num_classes - 1}: {line[:40]!r}")

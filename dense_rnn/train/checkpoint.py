@@ -211,14 +211,25 @@ def identity_error(workdir: str, stored: dict[str, Any], identity: dict[str, Any
                   if k not in ignored and stored.get(k) != identity.get(k))
     if not diff:
         return None
-    shown = ", ".join(f"{k}: {stored.get(k)!r} -> {identity.get(k)!r}"
-                      for k in diff[:4]) + (f" and {len(diff) - 4} more" * (len(diff) > 4))
+    # a nested field (a classifier's model_args) by the keys that differ in it
+    changes = [(f"{k}.{sub}" if sub else k, a, b) for k in diff
+               for sub, a, b in _changed(stored.get(k), identity.get(k))]
+    shown = ", ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in changes[:4]) + (
+        f" and {len(changes) - 4} more" * (len(changes) > 4))
     keys = set(stored) | set(identity)
     # Most fields only on one side: a run of the other binary (ptb_lm / classify).
     what = ("another kind of model" if 2 * len(set(stored) ^ set(identity)) > len(keys)
             else "another config")
     return UserError(f"workdir {workdir} holds a run of {what}{where} ({shown}); use a new "
                      "--workdir, or the same config to resume")
+
+
+def _changed(a: Any, b: Any) -> list[tuple[str, Any, Any]]:
+    """``(key, a's value, b's value)`` for each key where dicts ``a`` and ``b`` differ
+    (missing: None), or ``[("", a, b)]`` if either is not a dict."""
+    if not (isinstance(a, dict) and isinstance(b, dict)):
+        return [("", a, b)]
+    return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
 
 class Checkpointer:
