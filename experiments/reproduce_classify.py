@@ -299,6 +299,7 @@ def run() -> None:
     runner.check(FLAGS.root, FLAGS.parallel, FLAGS.report_only)
     if not FLAGS.report_only:
         check_shared_flags(extra)
+        runner.check_extra("experiments.classify", jobs[0].args, extra)
     runner.check_parent("plot", FLAGS.plot)
     failed: list[str] = []
     if not FLAGS.report_only:

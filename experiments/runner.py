@@ -80,6 +80,22 @@ def extra_args(values: Sequence[str], reserved: Sequence[str]) -> list[str]:
     return args
 
 
+def check_extra(module: str, args: Sequence[str], extra: Sequence[str]) -> None:
+    """Parses one run's command line (``args``, then ``extra``) with the binary's
+    ``--dry_run``, which trains and writes nothing: a misspelt or malformed flag in
+    ``--extra`` is one error here, before any run starts, rather than one in every run's log
+    and a table of runs "not run". ``--extra`` setting ``--mode`` or ``--dry_run`` itself is
+    left to the runs."""
+    if not extra or {flag_name(a) for a in extra} & {"mode", "dry_run", "nodry_run"}:
+        return
+    r = subprocess.run([sys.executable, "-m", module, *args, *extra, "--dry_run"],
+                       capture_output=True, text=True, check=False)
+    if r.returncode:
+        errors = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
+        why = errors[-1].removeprefix("error: ") if errors else r.stderr.strip()[-300:]
+        raise UserError(f"--extra={','.join(extra)}: {why}")
+
+
 def summary(root: str, name: str, required: Sequence[str] = ()) -> dict | None:
     """The ``summary.json`` of run ``name``, or None while it has not finished; a file that
     is not a JSON object, or lacks a field of ``required``, is a ``UserError``."""

@@ -252,6 +252,10 @@ def reproduce(*args):
     (["--extra=--max_epochs=2,--seed=3"], "--extra=--seed=3: the driver sets --seed for each "
      "run itself"),
     (["--suite=hm_table2", "--extra=--learning_rate=0.1"], "sets --learning_rate"),
+    # --extra parsed once, by the binary's --dry_run, before any run starts
+    (["--extra=--max_epochz=3"], "--extra=--max_epochz=3: Unknown command line flag "
+     "'max_epochz'. Did you mean: max_epochs ?"),
+    (["--suite=hm_table3", "--extra=--max_epochs=-3"], "max_epochs=-3 must be at least 1"),
     (["--report_only", "--root=/nonexistent/cls"], "--root=/nonexistent/cls does not exist"),
     (["--plot=/nonexistent/curves.png", "--report_only", "--root=/tmp"],
      "--plot=/nonexistent/curves.png: its directory does not exist"),

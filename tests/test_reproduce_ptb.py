@@ -40,6 +40,10 @@ def test_bad_input_is_one_error_line(tmp_path):
     one_line_error(reproduce(f"--root={tmp_path}", "--configs=zaremba_small",
                              "--extra=--config=tiny,--dry_run"),
                    "--extra=--config=tiny: the driver sets --config for each run itself")
+    one_line_error(reproduce(f"--root={tmp_path}", "--configs=tiny,zaremba_small",
+                             "--extra=--max_stepz=3"),  # parsed once, before any run starts
+                   "--extra=--max_stepz=3: Unknown command line flag 'max_stepz'")
+    assert os.listdir(tmp_path) == []
     one_line_error(reproduce("--report_only", f"--root={tmp_path}", f"--report={tmp_path}"),
                    f"--report={tmp_path} is a directory; give a file path")
     (tmp_path / "file").write_text("")
