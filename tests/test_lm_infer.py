@@ -144,3 +144,15 @@ def test_workdir_without_vocab_file(workdir, tmp_path):
     shutil.copytree(workdir, old, ignore=shutil.ignore_patterns(ptb.VOCAB_FILE))
     with pytest.raises(UserError, match=f"has no {ptb.VOCAB_FILE} .*rerun its training"):
         lm_infer.load(str(old))
+
+
+def test_a_damaged_best_checkpoint_says_how_to_recover(workdir, tmp_path):
+    """Inference cannot repair it; the training command can (it sets it aside)."""
+    copy = tmp_path / "w"
+    shutil.copytree(workdir, copy)
+    (step,) = [d for d in (copy / "best").iterdir() if d.name.isdigit()]
+    for f in (step / "params" / "d").iterdir():  # the array data, cut short
+        f.write_bytes(f.read_bytes()[:100])
+    with pytest.raises(UserError, match=r"^best checkpoint \S+/best/\d+ cannot be read \(.*\); "
+                       r"rerun the run's training command on this --workdir"):
+        lm_infer.load(str(copy))

@@ -550,7 +550,13 @@ def load_best(workdir: str, identity: dict[str, Any], like: Any, written: str) -
     like = jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a), a.dtype, sharding=device),
                         like)
     with Checkpointer(workdir, identity, read_only=True) as ckpt:  # writes nothing there
-        best = ckpt.restore_best(like)
+        try:
+            best = ckpt.restore_best(like)
+        except UnreadableCheckpoint as e:
+            raise UserError(f"best checkpoint {e.where} cannot be read ({e.why}); rerun the "
+                            "run's training command on this --workdir, which sets it aside "
+                            "and saves the best parameters anew, or pass another "
+                            "--workdir") from None
     if best is None:
         raise UserError(f"no checkpoint in {workdir}/best (written {written}); train longer "
                         "or pass another --workdir")
