@@ -95,22 +95,38 @@ def test_a_mid_epoch_stop_does_not_move_early_stoppings_baseline(corpus_dir, tmp
     assert resumed["best_valid_ppl"] == 9.0  # the stop's validation stays a candidate
 
 
+def test_the_lm_learns_what_only_its_recurrence_can_carry(tmp_path):
+    """A corpus where each word is, 9 times in 10, a fixed function of the word two back:
+    the current word (which the dense softmax layer reads directly) says nothing of the
+    next, so a perplexity well under the vocabulary's 20 needs the LSTM's memory."""
+    rng = np.random.default_rng(0)
+    perm = rng.permutation(20)
+    for split, n in [("train", 20000), ("valid", 2000), ("test", 2000)]:
+        ids = [0, 1]
+        for _ in range(n):
+            ids.append(perm[ids[-2]] if rng.random() < 0.9 else rng.integers(20))
+        (tmp_path / f"ptb.{split}.txt").write_text(" ".join(f"w{i}" for i in ids) + "\n")
+    c = tiny(vocab_size=21, max_steps=400, max_epochs=100, checkpoint_every_steps=0)
+    summary = lm.train_and_evaluate(c, str(tmp_path), str(tmp_path / "w"), log=lambda s: None,
+                                    check_sizes=False)
+    assert summary["test_ppl"] < 8  # a model without memory: ~20
+
+
 def test_train_outputs_and_exact_resume(corpus_dir, tmp_path):
-    full = lm.train_and_evaluate(
-        tiny(max_steps=130, max_epochs=3), corpus_dir, str(tmp_path / "full"), log=lambda s: None
-    )
-    lm.train_and_evaluate(
-        tiny(max_steps=70, max_epochs=3), corpus_dir, str(tmp_path / "split"), log=lambda s: None
-    )
+    """Stopped in epoch 1 and resumed, a run ends bit for bit where the run without the stop
+    does, past a learning-rate decay (after epoch 1: the schedule's step is resumed too)."""
+    c = tiny(max_steps=130, max_epochs=3, decay_after_epochs=1, lr_decay=0.5)
+    steps = ptb.num_windows(ptb.batchify(ptb.load_ptb(corpus_dir).train, c.batch_size),
+                            c.num_steps, drop_remainder=True)
+    assert 70 < steps < 130  # the stop in epoch 1, the decay before the end
+    full = lm.train_and_evaluate(c, corpus_dir, str(tmp_path / "full"), log=lambda s: None)
+    lm.train_and_evaluate(dataclasses.replace(c, max_steps=70), corpus_dir,
+                          str(tmp_path / "split"), log=lambda s: None)
     lines = []
-    resumed = lm.train_and_evaluate(
-        tiny(max_steps=130, max_epochs=3), corpus_dir, str(tmp_path / "split"), log=lines.append
-    )
+    resumed = lm.train_and_evaluate(c, corpus_dir, str(tmp_path / "split"), log=lines.append)
     assert f"resumed from {tmp_path}/split/checkpoints/70 at epoch 1 step 70/" in lines[0]
     lines.clear()  # the full run again: nothing to train, says so, reports the same results
-    again = lm.train_and_evaluate(
-        tiny(max_steps=130, max_epochs=3), corpus_dir, str(tmp_path / "full"), log=lines.append
-    )
+    again = lm.train_and_evaluate(c, corpus_dir, str(tmp_path / "full"), log=lines.append)
     assert lines[0] == (f"{tmp_path}/full holds a finished run (step 130; "
                         "--max_steps=130 reached; a larger value trains on): nothing to train, "
                         "reporting its results")
