@@ -108,11 +108,6 @@ def _lm_data(c: ptb.LMConfig, batch: int, time: int) -> tuple[np.ndarray, np.nda
     return ids[:, :-1], ids[:, 1:]
 
 
-def _zero_carries(c: ptb.LMConfig, batch: int) -> tuple:
-    return tuple((jnp.zeros((batch, c.hidden_size)), jnp.zeros((batch, c.hidden_size)))
-                 for _ in range(c.num_layers))
-
-
 def lm_workload(name: str, train: bool = True, dtype: str = "float32") -> Workload:
     """A PTB config's training step at its own (batch, num_steps), or its evaluation step
     at (eval_batch_size, num_steps). With ``dtype="bfloat16"`` every implementation computes
@@ -122,12 +117,13 @@ def lm_workload(name: str, train: bool = True, dtype: str = "float32") -> Worklo
     batch, time = (c.batch_size if train else c.eval_batch_size), c.num_steps
     xs, ys = _lm_data(c, batch, time)
     key = jax.random.key(c.seed)
+    zero_carries = lm.make_model(c).zero_carries  # every JAX implementation's carries
 
     def jax_impl(model) -> Step:
         x, y = jax.device_put((xs, ys))  # on the device once, as PyTorch's tensors are
         # one compiled computation, as the binary's ``lm.init_params``: eagerly, every
         # operation of the model's first call would compile on its own
-        params = jax.jit(model.init)(key, x, _zero_carries(c, batch))["params"]
+        params = jax.jit(model.init)(key, x, zero_carries(batch))["params"]
         if not train:
             eval_step = lm.make_eval_step(model, dtype)
 
@@ -135,7 +131,7 @@ def lm_workload(name: str, train: bool = True, dtype: str = "float32") -> Worklo
                 carries, nll = eval_step(params, carries, x, y)
                 return [carries], nll
 
-            return _jax_loop(evaluate, [_zero_carries(c, batch)],
+            return _jax_loop(evaluate, [zero_carries(batch)],
                              lambda st: eval_step.lower(params, *st, x, y).compile())
         tx = lm.make_optimizer(c, LR_STEPS_PER_EPOCH)
         train_step = lm.make_train_step(model, tx, c.seed, dtype)
@@ -144,7 +140,7 @@ def lm_workload(name: str, train: bool = True, dtype: str = "float32") -> Worklo
             p, o, cr, nll = train_step(p, o, cr, x, y, i)
             return [p, o, cr, i + 1], nll
 
-        return _jax_loop(fn, [params, tx.init(params), _zero_carries(c, batch), 0],
+        return _jax_loop(fn, [params, tx.init(params), zero_carries(batch), 0],
                          lambda st: train_step.lower(*st[:3], x, y, st[3]).compile())
 
     def torch_impl() -> Step:
