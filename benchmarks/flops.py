@@ -9,10 +9,10 @@ model equations, so every implementation of a workload is credited the same work
 from __future__ import annotations
 
 from dense_rnn.configs.classifier import ClassifierConfig
+from dense_rnn.configs.dc_bilstm import dense_features
 from dense_rnn.configs.ptb import LMConfig
 from dense_rnn.dense_block import rec_rows
 from dense_rnn.hm_stack import layer_schedule
-from dense_rnn.models.dc_bilstm import dense_features
 
 TRAIN_FACTOR = 3  # forward + d(input) + d(weight)
 

@@ -21,7 +21,7 @@ from benchmarks import flops, peers
 from dense_rnn import precision
 from dense_rnn.configs import ptb
 from dense_rnn.configs.classifier import ClassifierConfig
-from dense_rnn.models.dc_bilstm import dense_features
+from dense_rnn.configs.dc_bilstm import dense_features
 from dense_rnn.train import classify, lm
 
 Step = Callable[[], None]

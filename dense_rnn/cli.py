@@ -95,10 +95,10 @@ def run_binary(run: Callable[[], None]) -> None:
 
 
 def _not_the_checkpoint_library(record: pylogging.LogRecord) -> bool:
-    """Drops orbax's own error logs: each comes with a traceback (a failed write in a
-    background thread; a damaged metadata file it then does without), and what matters of
-    it reaches the binaries as an exception, which they report in one line."""
-    return "orbax" not in record.pathname.replace(os.sep, "/").split("/")
+    """Drops orbax's logs of an exception with its traceback (a write failed in a
+    background thread): the exception reaches the binaries, which report it in one line."""
+    return not (record.exc_info and
+                "orbax" in record.pathname.replace(os.sep, "/").split("/"))
 
 
 def _parse_flags(argv: list[str]) -> list[str]:
@@ -140,10 +140,11 @@ def _one_line_errors(fn: Callable[..., object], *args: object,
         if not _no_space(e):
             raise
         where = _written_path(e)
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
         print(f"error: no space left on device{f' writing {where}' if where else ''}; free "
-              "some space, or choose a --workdir on another disk, and rerun the same "
-              "command: a training run resumes from its last complete checkpoint",
-              file=sys.stderr)
+              "some space and rerun the same command (a training run resumes from its last "
+              "complete checkpoint)", file=sys.stderr)
         sys.stderr.flush()
         os._exit(2)  # not the checkpointer's pending writes' tracebacks on the way out
 

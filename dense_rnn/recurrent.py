@@ -189,7 +189,8 @@ def scan_cell(
       With ``lengths``, the final carry is the carry after each sequence's last real step.
     """
     if recurrent_mask is not None and not _fast_lstm(cell):
-        raise ValueError("recurrent (variational) dropout is implemented for the LSTM only")
+        raise ValueError("recurrent (variational) dropout is implemented for the LSTM only "
+                         "(cells.lstm_step)")
     if recurrent_mask is not None:  # the scan keeps its carry's dtype
         recurrent_mask = jnp.asarray(recurrent_mask).astype(carry[1].dtype)
     if reverse:

@@ -177,10 +177,16 @@ def reserved(jobs: list[Job]) -> set[str]:
         {"learning_rate"} if any(j.lr_from for j in jobs) else set())
 
 
+def run_args(job: Job) -> list[str]:
+    """The flags the driver gives ``job``'s run, but a learning rate its sweep chose."""
+    data_dir = [f"--data_dir={FLAGS.data_dir}"] if FLAGS.data_dir else []
+    return [*job.args, f"--embeddings={FLAGS.embeddings}", *data_dir]
+
+
 def start(job: Job, extra: list[str]) -> subprocess.Popen | None:
     """Launches ``job`` with the flags ``extra``, at the learning rate its sweep chose if it
     has one (None: it has finished under this command)."""
-    args = [*job.args, f"--embeddings={FLAGS.embeddings}"]
+    args = run_args(job)
     if job.lr_from:
         sweep = runner.summary(FLAGS.root, job.lr_from)
         rate = sweep.get("learning_rate_chosen")
@@ -189,8 +195,6 @@ def start(job: Job, extra: list[str]) -> subprocess.Popen | None:
                             "sweep's summary (no learning_rate_chosen); delete it to rerun "
                             "the sweep")
         args.append(f"--learning_rate={rate:g}")
-    if FLAGS.data_dir:
-        args.append(f"--data_dir={FLAGS.data_dir}")
     return runner.launch("experiments.classify", [*args, *extra],
                          os.path.join(FLAGS.root, job.name))
 
@@ -299,7 +303,8 @@ def run() -> None:
     runner.check(FLAGS.root, FLAGS.parallel, FLAGS.report_only)
     if not FLAGS.report_only:
         check_shared_flags(extra)
-        runner.check_extra("experiments.classify", jobs[0].args, extra)
+        if jobs:
+            runner.check_extra("experiments.classify", run_args(jobs[0]), extra)
     runner.check_parent("plot", FLAGS.plot)
     failed: list[str] = []
     if not FLAGS.report_only:

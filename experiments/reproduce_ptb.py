@@ -80,9 +80,9 @@ def run() -> None:
                         f"{', '.join(ptb_configs.CONFIGS)}")
     extra = runner.extra_args(FLAGS.extra, RESERVED)
     runner.check_data_dir(FLAGS.data_dir, extra, FLAGS.report_only)
-    if not FLAGS.report_only:
-        runner.check_extra("experiments.ptb_lm", [f"--config={FLAGS.configs[0]}"], extra)
     runner.check(FLAGS.root, FLAGS.parallel, FLAGS.report_only)
+    if FLAGS.configs and not FLAGS.report_only:
+        runner.check_extra("experiments.ptb_lm", [f"--config={FLAGS.configs[0]}"], extra)
     runner.check_parent("report", FLAGS.report)
     failed = [] if FLAGS.report_only else runner.run_all(
         FLAGS.root, FLAGS.configs, lambda name: start(name, extra), FLAGS.parallel)

@@ -7,7 +7,7 @@ import pytest
 
 from dense_rnn.configs import dc_bilstm as cfg
 from dense_rnn.models import CLASSIFIERS, DCBiLSTM
-from dense_rnn.models.dc_bilstm import dense_features, masked_mean
+from dense_rnn.models.dc_bilstm import masked_mean
 from dense_rnn.recurrent import Bidirectional
 from dense_rnn.train.classify import num_params_without_embedding
 
@@ -58,7 +58,7 @@ def test_the_configs_params_columns_are_the_papers():
 
 def full_param_count(dl: int, dh: int, th: int, num_classes: int) -> int:
     """All parameters but the embedding (m = 300): LSTM weights and biases, softmax."""
-    biases = sum(2 * 4 * d for d in dense_features(dl, dh, th))
+    biases = sum(2 * 4 * d for d in cfg.dense_features(dl, dh, th))
     return cfg.lstm_weight_count(300, dl, dh, th) + biases + 2 * th * num_classes + num_classes
 
 

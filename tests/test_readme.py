@@ -37,7 +37,9 @@ def test_stack_snippet():
 
 @pytest.mark.slow  # two full-size classifiers, run eagerly: ~1.5 CPU minutes
 def test_classifier_snippet():
-    assert run_snippet("DCBiLSTM(")["logits"].shape == (4, 5)
+    names = run_snippet("DCBiLSTM(")
+    assert names["logits"].shape == (4, 5)
+    assert names["sentence"].shape == (4, 200)  # DC-Bi-LSTM's pooled top Bi-LSTM, 2 x 100
 
 
 def test_trained_run_snippet(corpus_dir, tmp_path, monkeypatch):  # noqa: F811

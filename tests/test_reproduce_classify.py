@@ -15,7 +15,6 @@ from absl import flags
 from dense_rnn.configs import dc_bilstm, hm_densernn
 from dense_rnn.data import DEFAULT_DATA_DIR
 from dense_rnn.errors import UserError
-from dense_rnn.models.dc_bilstm import dense_features
 from dense_rnn.train import classify
 from experiments import reproduce_classify as rc
 from experiments import runner
@@ -199,8 +198,8 @@ def test_every_suite_row_shows_its_own_tables_number(parsed):
     for t, rows in DING_TABLES.items():  # the configs build the models of their rows
         for config, (dl, dh, th, _, _) in rows.items():
             args = dc_bilstm.CONFIGS[config].model_args
-            assert (dense_features(args["dl"], args["dh"], args["th"])
-                    == dense_features(dl, dh, th)), (t, config)
+            assert (dc_bilstm.dense_features(args["dl"], args["dh"], args["th"])
+                    == dc_bilstm.dense_features(dl, dh, th)), (t, config)
 
 
 def _html_rows(text: str) -> list[list[str]]:

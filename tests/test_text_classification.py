@@ -691,14 +691,18 @@ def test_a_sweep_chooses_its_rate_on_dev_not_test(tmp_path, monkeypatch):
 
     def fake_run(c, workdir, log, **kwargs):
         seen.append((c.learning_rate, os.path.basename(workdir)))
+        log("warning: the data's")  # every rate's run warns alike
+        log(f"rate {c.learning_rate:g}")
         dev, test = accuracies[c.learning_rate]
         return {"dev_accuracy": dev, "test_accuracy": test, "wall_seconds": 2.0,
                 "config": c.to_dict()}
 
     monkeypatch.setattr(classify, "run", fake_run)
     c, _ = get_config("hm_densegru_64")
-    summary = classify.run_lr_sweep(c, list(accuracies), str(tmp_path), log=lambda s: None)
+    lines = []
+    summary = classify.run_lr_sweep(c, list(accuracies), str(tmp_path), log=lines.append)
     assert seen == [(1e-2, "lr_0.01"), (1e-3, "lr_0.001"), (1e-4, "lr_0.0001")]
+    assert lines[:4] == ["warning: the data's", "rate 0.01", "rate 0.001", "rate 0.0001"]
     assert summary["learning_rate_chosen"] == 1e-3 and summary["test_accuracy"] == 0.70
     assert summary["config"]["learning_rate"] == 1e-3 and summary["wall_seconds"] == 6.0
     assert summary["lr_sweep"]["0.0001"] == {"dev_accuracy": 0.75, "test_accuracy": 0.95,

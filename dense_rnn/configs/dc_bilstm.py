@@ -15,13 +15,17 @@ this reproduces every Params entry of Tables 3-5 (e.g. ``dc_bilstm``: 0.772M + 0
 from __future__ import annotations
 
 from dense_rnn.configs.classifier import ClassifierConfig
-from dense_rnn.models.dc_bilstm import dense_features
 
 DROPOUT_EMBED = 0.3  # the paper does not give its dropout rates
 DROPOUT_POOL = 0.5
 # nor its L2 weight: "L2 constraints over the soft-max parameters" read as a penalty (Kim
 # 2014's "l2-norm constraint", a max-norm rescale of the weight vectors, is the other reading)
 L2 = 1e-3
+
+
+def dense_features(dl: int, dh: int, th: int) -> tuple[int, ...]:
+    """Hidden sizes of the dense module followed by the top Bi-LSTM; ``dh=0`` means no module."""
+    return (dh,) * (dl if dh else 0) + (th,)
 
 
 def lstm_weight_count(embed_size: int, dl: int, dh: int, th: int) -> int:

@@ -14,16 +14,12 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from dense_rnn.configs.dc_bilstm import dense_features
 from dense_rnn.dropout import Dropout
 from dense_rnn.recurrent import check_sizes, check_tokens, clamp_lengths, length_mask
 from dense_rnn.stack import RecurrentStack
 
 Array = jax.Array
-
-
-def dense_features(dl: int, dh: int, th: int) -> tuple[int, ...]:
-    """Hidden sizes of the dense module followed by the top Bi-LSTM; ``dh=0`` means no module."""
-    return (dh,) * (dl if dh else 0) + (th,)
 
 
 def masked_mean(h: Array, lengths: Array | None) -> Array:

@@ -477,12 +477,18 @@ def run_lr_sweep(c: ClassifierConfig, rates: list[float], workdir: str,
         raise UserError(f"workdir {workdir} holds a run without --lr_sweep; use a new "
                         "--workdir for the sweep")
     check_devices(c)
-    runs = {}
+    runs, warned = {}, set()
+
+    def log_once(line: str) -> None:  # a warning about the data: once, not once per rate
+        if not (line.startswith("warning: ") and line in warned):
+            warned.add(line)
+            log(line)
+
     with checkpoint.locked(workdir):  # each rate's run also locks its own lr_RATE/
         for lr in rates:
             sub = os.path.join(workdir, f"lr_{lr:g}")
-            runs[lr] = run(dataclasses.replace(c, learning_rate=lr), workdir=sub, log=log,
-                           **kwargs)
+            runs[lr] = run(dataclasses.replace(c, learning_rate=lr), workdir=sub,
+                           log=log_once, **kwargs)
         best = max(rates, key=lambda r: runs[r]["dev_accuracy"])
         summary = runs[best] | {
             "learning_rate_chosen": best, "chosen_on": "dev accuracy",
