@@ -153,6 +153,7 @@ def test_a_damaged_best_checkpoint_says_how_to_recover(workdir, tmp_path):
     (step,) = [d for d in (copy / "best").iterdir() if d.name.isdigit()]
     for f in (step / "params" / "d").iterdir():  # the array data, cut short
         f.write_bytes(f.read_bytes()[:100])
-    with pytest.raises(UserError, match=r"^best checkpoint \S+/best/\d+ cannot be read \(.*\); "
-                       r"rerun the run's training command on this --workdir"):
+    with pytest.raises(UserError, match=r"^best checkpoint \S+/best/\d+ cannot be read \(.*\): "
+                       r"it is damaged or .* set aside, .* by the run's training command rerun "
+                       r"on this --workdir$"):
         lm_infer.load(str(copy))

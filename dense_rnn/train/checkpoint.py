@@ -553,10 +553,10 @@ def load_best(workdir: str, identity: dict[str, Any], like: Any, written: str) -
         try:
             best = ckpt.restore_best(like)
         except UnreadableCheckpoint as e:
-            raise UserError(f"best checkpoint {e.where} cannot be read ({e.why}); rerun the "
-                            "run's training command on this --workdir, which sets it aside "
-                            "and saves the best parameters anew, or pass another "
-                            "--workdir") from None
+            raise UserError(f"best checkpoint {e.where} cannot be read ({e.why}): it is "
+                            "damaged or does not fit this run's config; a damaged one is set "
+                            "aside, and the best parameters saved anew, by the run's training "
+                            "command rerun on this --workdir") from None
     if best is None:
         raise UserError(f"no checkpoint in {workdir}/best (written {written}); train longer "
                         "or pass another --workdir")
