@@ -152,6 +152,6 @@ def test_rematerialised_model_computes_the_same_with_dropout():
         def loss(p, model=model):
             return model.apply({"params": p}, tokens, None, tokens, False, rngs=rngs)[0].sum()
 
-        results.append(jax.value_and_grad(loss)(variables["params"]))
+        results.append(jax.jit(jax.value_and_grad(loss))(variables["params"]))
     for a, b in zip(jax.tree.leaves(results[0]), jax.tree.leaves(results[1]), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

@@ -183,7 +183,7 @@ def test_bfloat16_parameters_compute_in_bfloat16_whatever_the_carries_dtype():
             nll, out = model.apply({"params": p}, tokens, carries, tokens)
             return nll.astype(jnp.float32).sum(), out
 
-        (_, out), _ = jax.value_and_grad(loss, has_aux=True)(params)
+        (_, out), _ = jax.eval_shape(jax.value_and_grad(loss, has_aux=True), params)
         assert {c.dtype for c in jax.tree.leaves(out)} == {jnp.dtype(dtype)}
         hlo = jax.jit(jax.grad(lambda p: loss(p)[0])).lower(params).compile().as_text()
         operand_types = _dot_operand_types(hlo)

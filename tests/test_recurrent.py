@@ -145,11 +145,11 @@ def _float32_models():
 def test_parameters_are_float32_also_under_x64(x64):
     """With ``jax_enable_x64`` on (as in float64 reference tests), every model still
     initialises float32 parameters and runs on float32 inputs."""
-    for model, args in _float32_models():
-        variables = model.init(jax.random.key(0), *args)
+    for model, args in _float32_models():  # abstractly: only the dtypes are asked about
+        variables = jax.eval_shape(model.init, jax.random.key(0), *args)
         dtypes = {a.dtype for a in jax.tree.leaves(variables)}
         assert dtypes == {jnp.dtype(jnp.float32)}, (type(model).__name__, dtypes)
-        out = model.apply(variables, *args)
+        out = jax.eval_shape(model.apply, variables, *args)
         assert all(a.dtype in (jnp.float32, jnp.int32) for a in jax.tree.leaves(out))
 
 
@@ -313,8 +313,10 @@ def test_gradients_come_back_in_their_parameters_dtype():
 
     tokens = jnp.zeros((2, 5), jnp.int32)
     lm = LanguageModel(50, 8, 6, 2, connectivity="dense")
-    v = cast_floating(lm.init(jax.random.key(0), tokens), jnp.bfloat16)
-    g = jax.grad(lambda p: lm.apply(p, tokens, lm.zero_carries(2), tokens)[0].sum())(v)
+    # abstractly (``eval_shape``): only the dtypes are asked about
+    v = jax.eval_shape(lambda: cast_floating(lm.init(jax.random.key(0), tokens), jnp.bfloat16))
+    g = jax.eval_shape(jax.grad(lambda p: lm.apply(p, tokens, lm.zero_carries(2),
+                                                   tokens)[0].sum()), v)
     assert {a.dtype for a in jax.tree.leaves(g)} == {jnp.dtype(jnp.bfloat16)}
 
     k = jax.random.split(jax.random.key(1), 4)
@@ -327,15 +329,15 @@ def test_gradients_come_back_in_their_parameters_dtype():
         (c, h), ys = recurrent.lstm_scan(w, xs, carry, mask, rmask)
         return ys.astype(jnp.float32).sum() + c.sum() + h.sum()
 
-    grads = jax.grad(loss, argnums=(0, 1, 2, 4))(*args)
+    grads = jax.eval_shape(jax.grad(loss, argnums=(0, 1, 2, 4)), *args)
     assert jax.tree.map(lambda a: a.dtype, grads) == jax.tree.map(
         lambda a: a.dtype, (args[0], args[1], args[2], args[4]))
 
     layer = recurrent.Bidirectional("lstm", 4)  # both directions in one lstm_scan
     x = jnp.ones((2, 3, 5), jnp.bfloat16)
-    v = cast_floating(layer.init(jax.random.key(2), x), jnp.bfloat16)
+    v = jax.eval_shape(lambda: cast_floating(layer.init(jax.random.key(2), x), jnp.bfloat16))
     zero = recurrent.Recurrent("lstm", 4).zero_carry(2)  # float32
-    g = jax.grad(lambda p: layer.apply(p, x, (zero, zero))[1].sum())(v)
+    g = jax.eval_shape(jax.grad(lambda p: layer.apply(p, x, (zero, zero))[1].sum()), v)
     assert {a.dtype for a in jax.tree.leaves(g)} == {jnp.dtype(jnp.bfloat16)}
 
 
