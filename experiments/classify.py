@@ -60,8 +60,10 @@ flags.DEFINE_enum("select", "dev", ["dev", "test"], "Reported test accuracy: at 
 flags.DEFINE_list("folds", None, "CV folds to run (MR, Subj); default all 10.")
 flags.DEFINE_list("lr_sweep", None, "Learning rates to try, e.g. 1e-2,1e-3,1e-4 (Zhao et al.): "
                   "one run each in WORKDIR/lr_RATE, the best on dev reported in WORKDIR.")
-flags.DEFINE_integer("max_len", 0, "Keep only the first N tokens of every text (0: all); "
-                     "recorded in the summary (e.g. IMDB).")
+flags.DEFINE_integer("max_len", 0, "Keep only N tokens of every text (0: all), the first or "
+                     "the last (--keep); recorded in the summary (e.g. IMDB).")
+flags.DEFINE_enum("keep", "first", ["first", "last"], "Which --max_len tokens of a longer text "
+                  "are kept: its first or its last (a review's verdict often comes last).")
 flags.DEFINE_bool("dry_run", False, "Print the resolved config and parameter counts, exit.")
 flags.DEFINE_bool("multihost", False, "Call jax.distributed.initialize() first: run the same "
                   "command on every host of a TPU pod or GPU cluster (see BUILD.md).")
@@ -108,7 +110,7 @@ MODEL_ARG_FLAGS = _define_model_arg_flags()
 flags.adopt_module_key_flags(config_flags)
 # The flags that only training reads; --mode=predict refuses them (and training --text_file).
 TRAIN_ONLY = ["data_dir", "hf_dataset", "embeddings", "oov", "select", "folds", "lr_sweep",
-              "max_len", "dry_run", "multihost"]
+              "max_len", "keep", "dry_run", "multihost"]
 
 
 def resolve_config() -> tuple[ClassifierConfig, ModuleType]:
@@ -184,6 +186,8 @@ def run() -> None:
     if not FLAGS.embeddings:
         refuse_given(["oov"], FLAGS, "without --embeddings every word is learnt (none lacks a "
                      "pretrained vector)")
+    if not FLAGS.max_len:
+        refuse_given(["keep"], FLAGS, "without --max_len every token is kept")
     config, family = resolve_config()
     from dense_rnn.data.text_classification import get_dataset
     from dense_rnn.train import classify
@@ -207,7 +211,7 @@ def run() -> None:
     workdir = FLAGS.workdir or os.path.join("workdirs", f"{config.name}_{FLAGS.dataset}")
     kwargs = dict(family=family, dataset=FLAGS.dataset, data_dir=FLAGS.data_dir,
                   embeddings=FLAGS.embeddings, oov=FLAGS.oov, select=FLAGS.select, folds=folds,
-                  log=lambda s: print(s, flush=True), max_len=FLAGS.max_len,
+                  log=lambda s: print(s, flush=True), max_len=FLAGS.max_len, keep=FLAGS.keep,
                   hf_dataset=FLAGS.hf_dataset)
     rates = None
     if FLAGS.lr_sweep:

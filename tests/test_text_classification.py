@@ -359,6 +359,7 @@ def test_dry_run_counts_at_the_embedding_files_dimension(data_dir):
     (["--dropout_pool=1.5"], "dropout_pool=1.5 must be in [0, 1)"),
     (["--dataset=mr", "--folds=12"], "--folds [12] out of range: mr has 10 fold(s)"),
     (["--max_len=-3"], "--max_len=-3: give a positive token count"),
+    (["--keep=last"], "without --max_len every token is kept, so it takes no --keep; drop it"),
     (["--dataset=mr", "--folds="], "--folds=: give fold numbers like 0,1,2"),
     (["--batch_size=0"], "batch_size=0 must be at least 1"),
     (["--max_epochs=0"], "max_epochs=0 must be at least 1"),
@@ -795,6 +796,27 @@ def test_predict_keeps_the_runs_max_len(tmp_path):
     assert out.num_words == 6 and not out.empty.any()
     full = classify_infer.predict(dataclasses.replace(trained, max_len=0), texts).probs
     assert not np.array_equal(full[0], full[1])  # the cut matters for these texts
+
+
+def test_keep_last_cuts_every_text_to_its_tail_in_training_and_prediction(tmp_path):
+    """``keep="last"``: a text longer than --max_len keeps its last tokens, in training (the
+    run's data, its identity and summary) and in prediction."""
+    from dense_rnn.train import classify_infer
+
+    assert tc.cut(list("abcde"), 3, "last") == list("cde")
+    assert tc.cut(list("abcde"), 3) == list("abc") and tc.cut(list("ab"), 3, "last") == list("ab")
+    raw = {"train": datasets.Dataset.from_dict({"tokens": [list("abcde")], "label": [0]})}
+    assert tc.truncate(raw, 2, "last")["train"]["tokens"] == [["d", "e"]]
+    _synthetic_trec(tmp_path, n_train=40, n_test=8)
+    _tiny_run(tmp_path, tmp_path / "w", max_len=3, keep="last")
+    summary = json.loads((tmp_path / "w" / "summary.json").read_text())
+    assert (summary["max_len"], summary["keep"]) == (3, "last")
+    trained = classify_infer.load(str(tmp_path / "w"))
+    assert (trained.max_len, trained.keep) == (3, "last")
+    out = classify_infer.predict(trained, ["w1 w2 w3 w4 w5 w6 w7", "w5 w6 w7"])
+    np.testing.assert_array_equal(out.probs[0], out.probs[1])
+    with pytest.raises(UserError, match=r"another config \(keep: 'last' -> None\)"):
+        _tiny_run(tmp_path, tmp_path / "w", max_len=3)  # the head: another run
 
 
 @pytest.mark.parametrize("name", ["mr", "subj", "sst1", "sst2", "trec", "sst5"])

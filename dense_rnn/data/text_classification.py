@@ -376,9 +376,21 @@ def _named_class_ids(labels: np.ndarray, names: list[str], spec: DatasetSpec,
     return np.asarray([local.index(by_id[i]) for i in labels.tolist()], labels.dtype)
 
 
-def truncate(splits: Splits, max_len: int) -> Splits:
-    """Every split with each text cut to its first ``max_len`` tokens (e.g. long IMDB reviews)."""
-    return {k: ds.map(lambda b: {"tokens": [t[:max_len] for t in b["tokens"]]}, batched=True)
+KEEP = ("first", "last")  # which tokens of a text longer than ``max_len`` are kept
+
+
+def cut(tokens: Sequence[str], max_len: int, keep: str = "first") -> Sequence[str]:
+    """``tokens`` cut to their first (``keep="first"``) or last ``max_len`` (0: all)."""
+    if not max_len or len(tokens) <= max_len:
+        return tokens
+    return tokens[:max_len] if keep == "first" else tokens[-max_len:]
+
+
+def truncate(splits: Splits, max_len: int, keep: str = "first") -> Splits:
+    """Every split with each text ``cut`` to ``max_len`` tokens (e.g. long IMDB reviews,
+    whose verdict often comes last: ``keep="last"``)."""
+    return {k: ds.map(lambda b: {"tokens": [cut(t, max_len, keep) for t in b["tokens"]]},
+                      batched=True)
             for k, ds in splits.items()}
 
 

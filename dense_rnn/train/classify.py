@@ -365,9 +365,10 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
         folds: list[int] | None = None, log: Callable[[str], None] = print,
         max_len: int = 0, hf_dataset: str | None = None,
         should_stop: Callable[[], bool] = lambda: False,
-        check_sizes: bool = True) -> dict[str, Any]:
+        check_sizes: bool = True, keep: str = "first") -> dict[str, Any]:
     """Trains ``c`` on ``dataset`` (every requested CV fold) and writes ``summary.json``.
-    ``max_len > 0`` keeps only the first ``max_len`` tokens of every text; ``hf_dataset``
+    ``max_len > 0`` keeps only the first (``keep="last"``: last) ``max_len`` tokens of
+    every text; ``hf_dataset``
     reads the dataset from the Hugging Face hub (or a local dataset directory) instead of
     ``data_dir``; ``should_stop`` is ``train_split``'s. Local splits of other sizes than the
     standard ones are warned about when the run starts (an empty or new ``workdir``), unless
@@ -385,6 +386,8 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
                         f"{tc.DATA_DIRS}")
     if max_len < 0:
         raise UserError(f"--max_len={max_len}: give a positive token count, or 0 for no limit")
+    if keep not in tc.KEEP:
+        raise UserError(f"--keep={keep}: use first or last")
     fold_ids = folds if folds is not None else list(range(spec.num_folds or 1))
     if not fold_ids:
         raise UserError("--folds=: give fold numbers like 0,1,2")
@@ -403,7 +406,7 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
         for line in tc.class_warnings(dataset, spec, raw):
             log(line)
     if max_len:
-        raw = tc.truncate(raw, max_len)
+        raw = tc.truncate(raw, max_len, keep)
     vectors = None
     if embeddings:
         dim, vectors = load_glove(embeddings, tc.all_words(raw))
@@ -416,6 +419,7 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
     identity = {k: v for k, v in c.to_dict().items() if k not in RESUMABLE_FIELDS}
     identity |= {"dataset": dataset, "embeddings": os.path.basename(embeddings or ""),
                  "oov": oov} | ({"max_len": max_len} if max_len else {}) | (
+                 {"keep": keep} if max_len and keep != "first" else {}) | (
                      {"hf_dataset": hf_dataset} if hf_dataset else {})
     check_devices(c)
     check_workdir(workdir, identity, cv=bool(spec.num_folds))
@@ -439,7 +443,7 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
         summary = {
             "config": c.to_dict(), "dataset": dataset, "hf_dataset": hf_dataset,
             "embeddings": embeddings, "oov": oov,
-            "max_len": max_len or None,
+            "max_len": max_len or None, "keep": keep if max_len else None,
             "selection": SELECTIONS[select],
             "num_params_paper": int(family.paper_param_count(c)),
             "num_params": first["num_params"],

@@ -34,6 +34,7 @@ class TrainedClassifier:
     params: Any
     vocab: tc.Vocab
     max_len: int = 0  # the run's --max_len: tokens kept of every text (0: all)
+    keep: str = "first"  # the run's --keep: which of them (``tc.KEEP``)
 
     @property
     def class_names(self) -> tuple[str, ...]:
@@ -67,7 +68,7 @@ def load(workdir: str) -> TrainedClassifier:
     params = checkpoint.load_best(workdir, identity, classify.param_shapes(model),
                                   "after the first epoch")
     return TrainedClassifier(config, identity["dataset"], model, params, vocab,
-                             identity.get("max_len", 0))
+                             identity.get("max_len", 0), identity.get("keep", "first"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +76,7 @@ class Predictions:
     """What ``predict`` gives back for a list of texts."""
 
     probs: np.ndarray  # (texts, classes) class probabilities
-    num_words: int  # words of the texts (the first max_len of each, where the run cut them)
+    num_words: int  # words of the texts (max_len of each, where the run cut them)
     num_unknown: int  # of those, not in the vocabulary
     empty: np.ndarray  # (texts,) bool: left with no word the model reads (label = its prior)
 
@@ -87,10 +88,10 @@ class Predictions:
 
 def predict(trained: TrainedClassifier, texts: Sequence[str], batch_size: int = 64) -> Predictions:
     """The class probabilities of ``texts``, tokenised as the run's training text was; as
-    in training, a run with ``max_len`` sees (and counts) only the first ``max_len`` words
-    of each text."""
+    in training, a run with ``max_len`` sees (and counts) only the first (or last, as its
+    ``keep``) ``max_len`` words of each text."""
     clean = tc.get_dataset(trained.dataset).clean
-    tokens = [clean(t).split()[:trained.max_len or None] for t in texts]
+    tokens = [tc.cut(clean(t).split(), trained.max_len, trained.keep) for t in texts]
     index = trained.vocab.index
     unknown = sum(w not in index for s in tokens for w in s)
     ids = trained.vocab.encode(tokens)
