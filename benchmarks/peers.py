@@ -31,6 +31,7 @@ from jax.experimental import rnn
 
 from dense_rnn.hm_stack import layer_schedule, update_points
 from dense_rnn.models.dc_bilstm import masked_mean
+from dense_rnn.precision import cast_floating
 from dense_rnn.recurrent import length_mask, reverse_padded, uniform_init
 
 Array = jax.Array
@@ -64,7 +65,7 @@ class FlaxLSTMLM(nn.Module):
         features, new_carries = [drop(e, deterministic)], []
         # the carries in the compute dtype (the parameters' once cast, as ``LanguageModel``
         # casts them): float32 carries would promote every product of the stack to float32
-        given, carries = carries, jax.tree.map(lambda a: a.astype(e.dtype), carries)
+        given, carries = carries, cast_floating(carries, e.dtype)
         lengths = jnp.full(tokens.shape[:1], tokens.shape[1], jnp.int32)
         calls = cudnn_calls(self.num_layers, dense or self.lstm is None, self.dropout_rate)
         for n, layers in enumerate(calls):

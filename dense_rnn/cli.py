@@ -137,9 +137,10 @@ def _one_line_errors(fn: Callable[..., object], *args: object,
         print(interrupted, file=sys.stderr)
         sys.exit(130)
     except Exception as e:
-        if not _no_space(e):
+        full = _no_space(e)
+        if full is None:
             raise
-        where = _written_path(e)
+        where = _written_path(full)
         with contextlib.suppress(Exception):
             sys.stdout.flush()
         print(f"error: no space left on device{f' writing {where}' if where else ''}; free "
@@ -162,9 +163,8 @@ def _no_space(e: BaseException | None) -> BaseException | None:
 
 
 def _written_path(e: BaseException) -> str | None:
-    """The file a full disk's error names: an ``OSError``'s, or the first quoted absolute
-    path in the checkpoint library's message."""
-    e = _no_space(e)
+    """The file a full disk's error ``e`` names: an ``OSError``'s, or the first quoted
+    absolute path in the checkpoint library's message."""
     if getattr(e, "filename", None):
         return str(e.filename)
     quoted = re.search(r'"(/[^"]+)"', str(e))
