@@ -15,6 +15,7 @@ perplexity carries the state across sentences, so the two differ on the same tex
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 
@@ -86,9 +87,11 @@ def infer(workdir: str) -> None:
             print(f"note: the model reads {len(unknown)} prompt word(s) as <unk>, not in its "
                   f"vocabulary: {' '.join(unknown[:10])} (PTB's words are lower-case, its "
                   "numbers N)", file=sys.stderr)
-        words = lm_infer.sample(trained, FLAGS.prompt, FLAGS.num_words, FLAGS.temperature,
-                                FLAGS.seed or 0)
-        print(lm_infer.render(FLAGS.prompt.split() + words))
+        words = lm_infer.generate(trained, FLAGS.prompt, FLAGS.num_words, FLAGS.temperature,
+                                  FLAGS.seed or 0)
+        for piece in lm_infer.stream_text(itertools.chain(FLAGS.prompt.split(), words)):
+            print(piece, end="", flush=True)  # each word as it is drawn
+        print()
         return
     scores = lm_infer.score_file(trained, FLAGS.text_file)
     for sentence, log_prob in zip(scores.sentences, scores.log_probs, strict=True):

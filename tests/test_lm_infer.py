@@ -75,6 +75,26 @@ def test_sampling_is_reproducible_by_seed(trained):
         lm_infer.sample(trained, "w1", temperature=float("nan"))
 
 
+def test_generate_yields_the_sampled_words_one_by_one(trained):
+    words = lm_infer.generate(trained, "w1 w2", num_words=20, seed=3)
+    assert next(words) in trained.vocab  # drawn before the rest are asked for
+    assert [lm_infer.sample(trained, "w1 w2", num_words=20, seed=3)[0], *words] == (
+        lm_infer.sample(trained, "w1 w2", num_words=20, seed=3))
+    with pytest.raises(UserError, match="must be >= 0"):  # refused before any word is asked
+        lm_infer.generate(trained, num_words=-1)
+
+
+@pytest.mark.parametrize("words, text", [
+    ([], ""),
+    (["a", "b"], "a b"),
+    (["<eos>", "a", "<eos>", "b", "c", "<eos>"], "a\nb c"),
+    (["a", "<eos>", "<eos>", "b"], "a\n\nb"),  # an empty sentence: an empty line
+])
+def test_render_puts_one_sentence_on_a_line(words, text):
+    assert lm_infer.render(words) == text
+    assert "".join(lm_infer.stream_text(iter(words))) == text
+
+
 def test_score_file_maps_unknown_words(trained, tmp_path):
     path = tmp_path / "t.txt"
     path.write_text("w1 w2 w3\n\n  w1 zzz w2  \n")

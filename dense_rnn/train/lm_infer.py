@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import jax
@@ -109,33 +109,56 @@ def _draw(key: jax.Array, log_probs: jax.Array, temperature: jax.Array) -> jax.A
     return jnp.where(temperature > 0, sampled, jnp.argmax(log_probs, -1))
 
 
-def sample(trained: TrainedLM, prompt: str = "", num_words: int = 50,
-           temperature: float = 1.0, seed: int = 0) -> list[str]:
-    """``num_words`` words drawn one at a time after ``<eos>`` and the ``prompt``.
+def generate(trained: TrainedLM, prompt: str = "", num_words: int = 50,
+             temperature: float = 1.0, seed: int = 0) -> Iterator[str]:
+    """``num_words`` words drawn one at a time after ``<eos>`` and the ``prompt``, each
+    yielded as soon as it is drawn.
 
-    The same ``seed`` gives the same words. ``temperature`` 0 is greedy decoding.
+    The same ``seed`` gives the same words. ``temperature`` 0 is greedy decoding. Bad
+    arguments are refused here, before the first word.
     """
     if not temperature >= 0 or num_words < 0:  # also refuses a NaN temperature
         raise UserError(f"temperature ({temperature}) and num_words ({num_words}) must be >= 0")
     prompt_ids, _ = encode_words(prompt.split(), trained.word_to_id)
-    step = make_step(trained.model)
-    n = len(trained.vocab)  # ids past the vocabulary (vocab_size > n) are never drawn
-    draw = jax.jit(lambda key, log_probs, temp: _draw(key, log_probs[:, :n], temp))
-    carries = trained.model.zero_carries(1)
-    for token in [trained.eos, *prompt_ids]:
-        log_probs, carries = step(trained.params, carries, jnp.asarray([token], jnp.int32))
-    key, temp = jax.random.key(seed), jnp.float32(temperature)
-    out = []
-    for i in range(num_words):
-        token = draw(jax.random.fold_in(key, i), log_probs, temp)
-        out.append(int(token[0]))
-        log_probs, carries = step(trained.params, carries, token)
-    return [trained.vocab[i] for i in out]
+
+    def words() -> Iterator[str]:
+        step = make_step(trained.model)
+        n = len(trained.vocab)  # ids past the vocabulary (vocab_size > n) are never drawn
+        draw = jax.jit(lambda key, log_probs, temp: _draw(key, log_probs[:, :n], temp))
+        carries = trained.model.zero_carries(1)
+        for token in [trained.eos, *prompt_ids]:
+            log_probs, carries = step(trained.params, carries, jnp.asarray([token], jnp.int32))
+        key, temp = jax.random.key(seed), jnp.float32(temperature)
+        for i in range(num_words):
+            token = draw(jax.random.fold_in(key, i), log_probs, temp)
+            yield trained.vocab[int(token[0])]
+            if i + 1 < num_words:
+                log_probs, carries = step(trained.params, carries, token)
+
+    return words()
 
 
-def render(words: list[str]) -> str:
-    """Words as text, one sentence per line."""
-    return " ".join(words).replace(f" {ptb.EOS} ", "\n").replace(ptb.EOS, "\n").strip()
+def sample(trained: TrainedLM, prompt: str = "", num_words: int = 50,
+           temperature: float = 1.0, seed: int = 0) -> list[str]:
+    """The words of ``generate``, as a list."""
+    return list(generate(trained, prompt, num_words, temperature, seed))
+
+
+def stream_text(words: Iterable[str]) -> Iterator[str]:
+    """Words as pieces of text, one sentence a line (``<eos>`` ends a line); no newline
+    before the first word or after the last."""
+    newlines, line_open = 0, False
+    for w in words:
+        if w == ptb.EOS:
+            newlines, line_open = newlines + line_open + (newlines > 0), False
+            continue
+        yield "\n" * newlines + (" " if line_open else "") + w
+        newlines, line_open = 0, True
+
+
+def render(words: Iterable[str]) -> str:
+    """Words as text, one sentence a line (``stream_text`` joined)."""
+    return "".join(stream_text(words))
 
 
 def make_window_log_probs(model: LanguageModel) -> Callable:
