@@ -148,7 +148,7 @@ def test_bad_files(tmp_path):
     _write(f"{d}/sst/stsa.binary.train", b"1\tgood film\n0  bad film\n")
     assert tc.load_sst(d, fine=False)["train"]["tokens"] == [["good", "film"], ["bad", "film"]]
     _write(f"{d}/sst/stsa.binary.dev", "1 caf\xe9 au lait\n".encode("cp1252"))
-    with pytest.raises(UserError, match="not utf-8 text"):
+    with pytest.raises(UserError, match="stsa.binary.dev is not UTF-8 text"):
         tc.load_sst(d, fine=False)
     _write(f"{d}/sst/stsa.binary.dev", b"good film without label\n")
     with pytest.raises(UserError, match="does not start with a label"):
@@ -187,6 +187,24 @@ def test_bad_labelled_lines(tmp_path, content, message):
     _write(f"{tmp_path}/sst/stsa.binary.train", content.encode())
     with pytest.raises(UserError, match=message):
         tc.load_sst(str(tmp_path), fine=False)
+
+
+def test_legacy_files_re_saved_as_utf8_read_as_utf8(tmp_path):
+    """MR's original bytes are cp1252 and TREC's Latin-1; a copy re-saved as UTF-8 (a
+    user's editor) reads the same words, not "cafÃ©"."""
+    for encoding in ("cp1252", "utf-8", "utf-8-sig"):
+        _write(f"{tmp_path}/mr/rt-polarity.neg", "a caf\xe9 film\n".encode(encoding))
+        _write(f"{tmp_path}/mr/rt-polarity.pos", "na\xefve and fine\n".encode(encoding))
+        texts = tc.get_dataset("mr").load(str(tmp_path))["all"]["text"]
+        assert texts == ["a caf\xe9 film", "na\xefve and fine"], encoding
+    lines = [f"DESC:def what is {w} ?" for w in ("caf\xe9", "x")]
+    for encoding in ("latin-1", "utf-8"):
+        _write(f"{tmp_path}/trec/train_5500.label", "\n".join(lines).encode(encoding))
+        assert tc.read_lines(f"{tmp_path}/trec/train_5500.label", "latin-1")[0] == (1, lines[0])
+    _write(f"{tmp_path}/mr/rt-polarity.neg", b"bad \x81 film\n")  # 0x81: no cp1252 character
+    with pytest.raises(UserError, match=r"rt-polarity.neg is neither UTF-8 nor cp1252 text "
+                                        r"\(byte 4: .*\); re-save it as UTF-8"):
+        tc.get_dataset("mr").load(str(tmp_path))
 
 
 def test_utf16_polarity_files_refused(tmp_path):

@@ -16,6 +16,7 @@ column will do).
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import json
 import os
@@ -76,24 +77,32 @@ DATA_DIRS = "mr/, sst/, subj/, trec/, imdb/, ag_news/"
 def read_lines(path: str, encoding: str, what: str = "data file",
                hint: str = "") -> list[tuple[int, str]]:
     """``(line number, line)`` of every non-blank line of a text file, as a ``UserError``
-    on failure. Errors name the file ``what`` and say ``hint`` for a missing or empty one
-    (default: a dataset file, found under --data_dir)."""
+    on failure. The file is read as UTF-8 where all of it decodes so (a copy re-saved by a
+    user's editor), else as ``encoding`` (the original files' Latin-1 or cp1252). Errors
+    name the file ``what`` and say ``hint`` for a missing or empty one (default: a dataset
+    file, found under --data_dir)."""
     if not os.path.isfile(path):
         raise UserError(f"{what} {path} {not_a(path)}; " + (
             hint or f"pass --data_dir=DIR holding the dataset directories ({DATA_DIRS})"))
     try:
-        with open(path, encoding=encoding) as f:
-            text = f.read()
-    except UnicodeDecodeError as e:
-        raise UserError(f"{path} is not {encoding} text (byte {e.start}: {e.reason}); "
-                        f"re-save it as {encoding}") from None
+        with open(path, "rb") as f:
+            raw = f.read()
     except OSError as e:
         raise UserError(f"cannot read {what} {path}: {e.strerror}") from None
-    if "\x00" in text:  # every byte is valid Latin-1 or cp1252, but text has no NULs
+    try:
+        text = raw.decode("utf-8-sig")  # a leading byte-order mark is not text
+    except UnicodeDecodeError as e:
+        if codecs.lookup(encoding).name in ("utf-8", "utf-8-sig"):
+            raise UserError(f"{path} is not UTF-8 text (byte {e.start}: {e.reason}); re-save "
+                            "it as UTF-8") from None
+        try:
+            text = raw.decode(encoding).removeprefix("ï»¿")  # a mark, as Latin-1 reads it
+        except UnicodeDecodeError as e:
+            raise UserError(f"{path} is neither UTF-8 nor {encoding} text (byte {e.start}: "
+                            f"{e.reason}); re-save it as UTF-8") from None
+    if "\x00" in text:  # every byte is valid Latin-1, but text has no NULs
         raise UserError(f"{path} contains NUL characters (UTF-16 or binary?); re-save it as "
-                        f"{encoding} text")
-    text = text.removeprefix("\ufeff").removeprefix("ï»¿")  # a UTF-8 byte-order mark, as
-    # UTF-8 and as Latin-1 or cp1252 read it
+                        "UTF-8 text")
     # split("\n"), not splitlines(): that also splits at \x85 etc.
     lines = [(n, ln) for n, ln in enumerate(text.split("\n"), 1) if ln.strip()]
     if not lines:
