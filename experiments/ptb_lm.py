@@ -36,7 +36,8 @@ flags.DEFINE_string("config", ptb_configs.DEFAULT_CONFIG,
 flags.DEFINE_string("data_dir", os.path.join(DEFAULT_DATA_DIR, "ptb"),
                     "Directory with ptb.{train,valid,test}.txt.")
 flags.DEFINE_string("hf_dataset", None, "Hugging Face hub dataset instead of --data_dir "
-                    "(e.g. ptb_text_only; needs network access).")
+                    "(NAME[:CONFIG][@REVISION], e.g. ptb_text_only@refs/convert/parquet; needs "
+                    "network access).")
 flags.DEFINE_string("workdir", None, "Checkpoints, metrics and summary (default workdirs/CONFIG).")
 flags.DEFINE_bool("dry_run", False, "Print the resolved config and parameter count, then exit.")
 flags.DEFINE_bool("multihost", False, "Call jax.distributed.initialize() first: run the same "

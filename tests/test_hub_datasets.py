@@ -10,7 +10,7 @@ import datasets
 import numpy as np
 import pytest
 
-from dense_rnn.data import ptb
+from dense_rnn.data import hub, ptb
 from dense_rnn.data.text_classification import DATASETS, TREC_LABELS, load_hub, make_splits
 from dense_rnn.errors import UserError
 
@@ -135,6 +135,39 @@ def test_missing_or_inconsistent_dataset_one_line(tmp_path):
                                     "test": {"words": ["a"], "label": [0]}})
     with pytest.raises(UserError, match="could not be loaded"):
         load_hub(root, DATASETS["ag"])
+
+
+@pytest.mark.parametrize("name, parsed", [
+    ("fancyzhx/ag_news", ("fancyzhx/ag_news", None, None)),
+    ("nyu-mll/glue:sst2", ("nyu-mll/glue", "sst2", None)),
+    ("CogComp/trec@refs/convert/parquet", ("CogComp/trec", None, "refs/convert/parquet")),
+    ("ptb_text_only:penn_treebank@abc123", ("ptb_text_only", "penn_treebank", "abc123")),
+])
+def test_hub_names_take_a_config_and_a_revision(name, parsed):
+    assert hub.parse(name) == parsed
+
+
+def test_a_local_directory_is_its_own_name_and_scripts_get_the_parquet_hint(tmp_path,
+                                                                             monkeypatch):
+    texts = {s: {"text": _texts(4, i), "label": [0, 1, 2, 3]}
+             for i, s in enumerate(("train", "test"))}
+    root = _write(tmp_path / "copy@v2:ag", texts)  # "@" and ":" in a directory's name
+    assert len(load_hub(root, DATASETS["ag"])["test"]) == 4
+    calls = []
+
+    def load_dataset(path, config=None, revision=None):
+        calls.append((path, config, revision))
+        raise RuntimeError("Dataset scripts are no longer supported, but found trec.py")
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    with pytest.raises(UserError, match=r"^--hf_dataset=CogComp/trec could not be loaded "
+                       r"\(Dataset scripts .*\); this datasets .* runs no loading scripts: "
+                       r"load the hub's Parquet export, "
+                       r"--hf_dataset=CogComp/trec@refs/convert/parquet$"):
+        hub.load("CogComp/trec")
+    with pytest.raises(UserError, match="check the name and the connection"):
+        hub.load("CogComp/trec@refs/convert/parquet")
+    assert calls == [("CogComp/trec", None, None), ("CogComp/trec", None, "refs/convert/parquet")]
 
 
 def test_ptb_from_a_hub_layout(tmp_path):
