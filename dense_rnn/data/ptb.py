@@ -2,8 +2,9 @@
 
 Read from the local ``ptb.{train,valid,test}.txt`` files, or through Hugging Face
 ``datasets`` from a hub dataset for users online (e.g. ``ptb_text_only@refs/convert/parquet``,
-the hub's Parquet export of ``ptb_text_only``). The local files are read directly, not by the ``text`` builder, which would take a directory name with
-``[`` or ``*`` as a glob and serve a file rewritten under its old mtime from its cache.
+the hub's Parquet export of ``ptb_text_only``). The local files are read directly, not by
+the ``text`` builder, which would take a directory name with ``[`` or ``*`` as a glob and
+serve a file rewritten under its old mtime from its cache.
 Each line is a sentence; ``<eos>`` ends it. The corpus is laid out as ``batch`` contiguous
 streams and cut into windows of ``num_steps`` tokens for truncated BPTT (Zaremba et al.).
 """
