@@ -264,7 +264,8 @@ DATASETS: dict[str, DatasetSpec] = {
                                 clean=clean_str_sst, sizes={**SST2_SIZES, "train": 77_616},
                                 class_names=POLARITY),
     "trec": DatasetSpec(6, load_trec, hub="CogComp/trec@refs/convert/parquet",
-                        label_names=TREC_LABELS, sizes={"train": 5_452, "test": 500}, class_names=TREC_LABELS),
+                        label_names=TREC_LABELS, sizes={"train": 5_452, "test": 500},
+                        class_names=TREC_LABELS),
     # Zhao et al. 2019 (HM-DenseRNN); dense_rnn.data.hm_datasets imports this module.
     "imdb": DatasetSpec(2, lambda d: _hm_datasets().load_imdb(d), clean=clean_str_html,
                         hub="stanfordnlp/imdb",
