@@ -107,11 +107,17 @@ class Cell(NamedTuple):
     name: str
     gates: int
     step: Callable[[Params, Carry, Array], tuple[Carry, Array]]
-    zero_carry: Callable[[tuple[int, ...], int, Any], Carry]
+    zeros: Callable[[tuple[int, ...], int, Any], Carry]  # (batch_shape, features, dtype)
 
     def __call__(self, params: Params, carry: Carry, x: Array) -> tuple[Carry, Array]:
         """The full cell equation on a raw input: ``step(params, carry, project(params, x))``."""
         return self.step(params, carry, project(params, x))
+
+    def zero_carry(self, batch: int | tuple[int, ...], features: int,
+                   dtype: DTypeLike = jnp.float32) -> Carry:
+        """The zero carry of ``batch`` rows (an int, or a tuple of batch axes) of
+        ``features`` units."""
+        return self.zeros((batch,) if isinstance(batch, int) else tuple(batch), features, dtype)
 
 
 def _zeros(batch_shape: tuple[int, ...], n: int, dtype: DTypeLike) -> Array:

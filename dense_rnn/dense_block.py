@@ -42,12 +42,15 @@ from collections.abc import Callable
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 
 from dense_rnn import cells
 from dense_rnn.recurrent import (
     Initializer,
     check_sequence,
     check_sizes,
+    initial_carry,
+    layer_param,
     length_mask,
     uniform_init,
 )
@@ -233,18 +236,43 @@ class DenseRecurrent(nn.Module):
 
     Parameters: ``w_ih`` (d, gH) = ``W1``, ``b`` (gH), ``w_hh_{n}`` = ``W2^{(n)}`` for
     ``n = 1..k``. ``block_start``: ``x~`` also holds the state carried into the block (eq. 5
-    on a strided layer of the HM stack). ``__call__(x, lengths) -> (final_carry, (batch,
-    time, H))``.
+    on a strided layer of the HM stack).
+
+    Attributes:
+      cell: ``"rnn"``, ``"gru"`` or ``"lstm"``.
+      features: hidden size.
+      k: dense depth, the block length.
+      block_start: see above.
+      kernel_init / recurrent_init / bias_init: initializers of ``w_ih``, every ``w_hh_{n}``
+        and ``b`` (None: ``pytorch_uniform(features)``, the paper's framework's default).
+      param_dtype: the parameters' dtype.
     """
 
     cell: str
     features: int
     k: int
     block_start: bool = False
+    kernel_init: Initializer | None = None
+    recurrent_init: Initializer | None = None
+    bias_init: Initializer | None = None
+    param_dtype: DTypeLike = jnp.float32
+
+    def zero_carry(self, batch: int, dtype: DTypeLike | None = None) -> cells.Carry:
+        """The cell's zero carry for ``batch`` sequences, in ``dtype`` (default: the
+        parameters')."""
+        return cells.get_cell(self.cell).zero_carry(batch, self.features,
+                                                    dtype or self.param_dtype)
 
     @nn.compact
-    def __call__(self, x: Array, lengths: Array | None = None) -> tuple[cells.Carry, Array]:
-        """``x``: (batch, time, in_features) -> ``(final_carry, (batch, time, features))``."""
+    def __call__(self, x: Array, carry: cells.Carry | None = None,
+                 lengths: Array | None = None) -> tuple[cells.Carry, Array]:
+        """``x``: (batch, time, in_features) -> ``(final_carry, (batch, time, features))``.
+
+        ``carry``: the state before the first block, shaped like ``zero_carry`` (default
+        zeros); ``lengths``: optional ``(batch,)`` real lengths, clamped to the padded
+        length (later steps keep the carry and output zeros). A sequence continued from a
+        carry across calls runs as one long call when each call's length is a multiple of
+        ``k`` (blocks restart at every call)."""
         check_sequence("DenseRecurrent", x, lengths)
         check_sizes("DenseRecurrent", features=self.features)
         if x.shape[1] == 0:
@@ -254,15 +282,17 @@ class DenseRecurrent(nn.Module):
             raise ValueError(f"DenseRecurrent: k={self.k}; the dense depth must be at least 1")
         spec = cells.get_cell(self.cell)
         g = spec.gates * self.features
-        init = pytorch_uniform(self.features)
+        default = pytorch_uniform(self.features)
         params = {
-            "w_ih": self.param("w_ih", init, (x.shape[-1], g)),
-            "b": self.param("b", init, (g,)),
+            "w_ih": layer_param(self, "w_ih", self.kernel_init or default, (x.shape[-1], g)),
+            "b": layer_param(self, "b", self.bias_init or default, (g,)),
         }
         w_hh = [
-            self.param(f"w_hh_{n}", init, (rec_rows(n, self.block_start) * self.features, g))
+            layer_param(self, f"w_hh_{n}", self.recurrent_init or default,
+                        (rec_rows(n, self.block_start) * self.features, g))
             for n in range(1, self.k + 1)
         ]
         xw = cells.project(params, x)
-        carry = spec.zero_carry((x.shape[0],), self.features, xw.dtype)
+        carry = initial_carry("DenseRecurrent", spec, carry, x.shape[0], self.features,
+                              xw.dtype)
         return dense_scan(self.cell, w_hh, xw, carry, lengths, self.block_start)

@@ -35,10 +35,18 @@ from typing import NamedTuple
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 
 from dense_rnn import cells
 from dense_rnn.dense_block import DenseRecurrent
-from dense_rnn.recurrent import check_sequence, check_sizes, clamp_lengths
+from dense_rnn.recurrent import (
+    Initializer,
+    check_sequence,
+    check_sizes,
+    clamp_lengths,
+    describe,
+    lengths_hint,
+)
 
 Array = jax.Array
 
@@ -97,9 +105,16 @@ def update_points(x: Array, lengths: Array | None, sub: int) -> tuple[Array, Arr
 class HMDenseStack(nn.Module):
     """``len(depths)`` dense recurrent layers of ``features`` units, hierarchical multiscale.
 
-    ``__call__(x, lengths) -> (top_final_carry, [h_1, ..., h_L])`` where ``h_l`` is layer
-    ``l``'s state sequence on its own (strided) time axis; ``lengths``: optional ``(batch,)``
-    real lengths, clamped to the padded length.
+    ``__call__(x, carries=None, lengths=None) -> (final_carries, [h_1, ..., h_L])`` where
+    ``h_l`` is layer ``l``'s state sequence on its own (strided) time axis.
+
+    Attributes:
+      cell: ``"rnn"``, ``"gru"`` or ``"lstm"``.
+      features: hidden size of every layer.
+      depths: the dense depths ``k^(l)`` in input steps, one per layer.
+      multiscale / dense: the Table 3 ablations (module docstring).
+      kernel_init / recurrent_init / bias_init, param_dtype: every layer's
+        (``DenseRecurrent``; None: ``pytorch_uniform(features)``).
     """
 
     cell: str
@@ -107,19 +122,49 @@ class HMDenseStack(nn.Module):
     depths: Sequence[int]
     multiscale: bool = True
     dense: bool = True
+    kernel_init: Initializer | None = None
+    recurrent_init: Initializer | None = None
+    bias_init: Initializer | None = None
+    param_dtype: DTypeLike = jnp.float32
+
+    def zero_carries(self, batch: int, dtype: DTypeLike | None = None) -> tuple:
+        """Every layer's zero carry for ``batch`` sequences, in ``dtype`` (default: the
+        parameters')."""
+        zero = cells.get_cell(self.cell).zero_carry
+        return tuple(zero(batch, self.features, dtype or self.param_dtype) for _ in self.depths)
 
     @nn.compact
-    def __call__(self, x: Array, lengths: Array | None = None) -> tuple[cells.Carry, list[Array]]:
-        """The top layer's final carry and each layer's states on its own time axis."""
+    def __call__(self, x: Array, carries: Sequence | None = None,
+                 lengths: Array | None = None) -> tuple[tuple, list[Array]]:
+        """Each layer's final carry and its states on its own time axis.
+
+        ``carries``: one initial carry per layer, shaped like ``zero_carries`` (default
+        zeros); ``lengths``: optional ``(batch,)`` real lengths, clamped to the padded
+        length. A sequence continued from the carries across calls runs as one long call
+        when each call's length is a multiple of ``depths[-1]`` (every layer's blocks end
+        with the call)."""
         check_sequence("HMDenseStack", x, lengths)
         check_sizes("HMDenseStack", features=self.features)
         if not self.depths or min(self.depths) < 1:
             raise ValueError(f"HMDenseStack: depths={tuple(self.depths)}; give one depth of at "
                              "least 1 per layer")
-        outputs, carry = [], None
-        for i, plan in enumerate(layer_schedule(self.depths, self.multiscale, self.dense)):
+        if hint := lengths_hint(carries):  # batch == layers would pass the count
+            raise ValueError(f"HMDenseStack: carries must be one carry per layer, or None for "
+                             f"zeros, got {describe(carries)}{hint}")
+        carries = (None,) * len(self.depths) if carries is None else carries
+        if len(carries) != len(self.depths):
+            raise ValueError(f"HMDenseStack: carries has {len(carries)} entries for "
+                             f"{len(self.depths)} layers; pass one carry per layer, or None "
+                             "for zeros")
+        outputs, finals = [], []
+        plans = layer_schedule(self.depths, self.multiscale, self.dense)
+        for i, (plan, carry) in enumerate(zip(plans, carries, strict=True)):
             x, lengths = update_points(x, lengths, plan.subsample)
-            carry, x = DenseRecurrent(self.cell, self.features, plan.own_depth,
-                                      plan.block_start, name=f"layer_{i}")(x, lengths)
+            carry, x = DenseRecurrent(
+                self.cell, self.features, plan.own_depth, plan.block_start,
+                kernel_init=self.kernel_init, recurrent_init=self.recurrent_init,
+                bias_init=self.bias_init, param_dtype=self.param_dtype, name=f"layer_{i}",
+            )(x, carry, lengths)
+            finals.append(carry)
             outputs.append(x)
-        return carry, outputs
+        return tuple(finals), outputs

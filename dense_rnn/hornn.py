@@ -17,10 +17,18 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 
 from dense_rnn import cells
 from dense_rnn.dense_block import pytorch_uniform
-from dense_rnn.recurrent import check_sequence, check_sizes, scan_cell
+from dense_rnn.recurrent import (
+    Initializer,
+    check_sequence,
+    check_sizes,
+    initial_carry,
+    layer_param,
+    scan_cell,
+)
 
 Array = jax.Array
 
@@ -49,25 +57,49 @@ def hornn_cell(order: int) -> cells.Cell:
 
 
 class GatedHORNN(nn.Module):
-    """One Gated HORNN layer; ``__call__(x, lengths) -> (final_carry, (batch, time, H))``."""
+    """One Gated HORNN layer.
+
+    Attributes:
+      features: hidden size.
+      order: ``N``, how many preceding states the unit reads.
+      kernel_init / recurrent_init / bias_init: initializers of ``w_ih``, of ``w_gate`` and
+        ``w_hh``, and of ``b`` (None: ``pytorch_uniform(features)``, as Zhao et al.'s
+        framework).
+      param_dtype: the parameters' dtype.
+    """
 
     features: int
     order: int = 2
+    kernel_init: Initializer | None = None
+    recurrent_init: Initializer | None = None
+    bias_init: Initializer | None = None
+    param_dtype: DTypeLike = jnp.float32
+
+    def zero_carry(self, batch: int, dtype: DTypeLike | None = None) -> tuple[Array, ...]:
+        """The zero carry ``(h_{t-N}, ..., h_{t-1})`` of ``batch`` sequences, in ``dtype``
+        (default: the parameters')."""
+        return hornn_cell(self.order).zero_carry(batch, self.features, dtype or self.param_dtype)
 
     @nn.compact
-    def __call__(self, x: Array, lengths: Array | None = None) -> tuple[cells.Carry, Array]:
-        """The final carry and every step's state ``(batch, time, features)``."""
+    def __call__(self, x: Array, carry: tuple[Array, ...] | None = None,
+                 lengths: Array | None = None) -> tuple[tuple[Array, ...], Array]:
+        """``x``: (batch, time, in_features) -> ``(final_carry, (batch, time, features))``;
+        ``carry``: the ``N`` states before the first step, shaped like ``zero_carry``
+        (default zeros); ``lengths``: optional ``(batch,)`` real lengths, clamped to the
+        padded length."""
         check_sequence("GatedHORNN", x, lengths)
         check_sizes("GatedHORNN", features=self.features)
         if self.order < 1:
             raise ValueError(f"GatedHORNN: order={self.order}; it must be at least 1")
         cell = hornn_cell(self.order)
-        h, init = self.features, pytorch_uniform(self.features)
+        h, default = self.features, pytorch_uniform(self.features)
+        kernel, rec = self.kernel_init or default, self.recurrent_init or default
         params = {
-            "w_ih": self.param("w_ih", init, (x.shape[-1], (self.order + 1) * h)),
-            "b": self.param("b", init, ((self.order + 1) * h,)),
-            "w_gate": self.param("w_gate", init, (self.order, h, h)),
-            "w_hh": self.param("w_hh", init, (self.order * h, h)),
+            "w_ih": layer_param(self, "w_ih", kernel, (x.shape[-1], (self.order + 1) * h)),
+            "b": layer_param(self, "b", self.bias_init or default, ((self.order + 1) * h,)),
+            "w_gate": layer_param(self, "w_gate", rec, (self.order, h, h)),
+            "w_hh": layer_param(self, "w_hh", rec, (self.order * h, h)),
         }
         xw = cells.project(params, x)
-        return scan_cell(cell, params, xw, cell.zero_carry((x.shape[0],), h, xw.dtype), lengths)
+        carry = initial_carry("GatedHORNN", cell, carry, x.shape[0], h, xw.dtype)
+        return scan_cell(cell, params, xw, carry, lengths)

@@ -46,7 +46,7 @@ def length_mask(lengths: Array, max_len: int) -> Array:
     return jnp.arange(max_len)[None, :] < lengths[:, None]
 
 
-def _describe(a: object) -> str:
+def describe(a: object) -> str:
     """``a``'s dtype and shape, or its type if it is not an array (a list, a scalar)."""
     dtype = getattr(a, "dtype", None)
     return type(a).__name__ if dtype is None else f"{dtype} {jnp.shape(a)}"
@@ -62,7 +62,7 @@ def check_sequence(layer: str, x: Array, lengths: Array | None) -> None:
     if lengths is not None and (dtype is None or jnp.shape(lengths) != x.shape[:1]
                                 or not jnp.issubdtype(dtype, jnp.integer)):
         raise ValueError(f"{layer}: lengths must be an integer array of shape ({x.shape[0]},), "
-                         f"one per sequence, got {_describe(lengths)}")
+                         f"one per sequence, got {describe(lengths)}")
 
 
 def check_tokens(model: str, tokens: Array, targets: Array | None = None) -> None:
@@ -74,7 +74,7 @@ def check_tokens(model: str, tokens: Array, targets: Array | None = None) -> Non
                               or not jnp.issubdtype(dtype, jnp.integer)):
             hint = f"; add a batch axis with {name}[None]" if getattr(a, "ndim", 0) == 1 else ""
             raise ValueError(f"{model}: {name} must be integer ids of shape (batch, time), got "
-                             f"{_describe(a)}{hint}")
+                             f"{describe(a)}{hint}")
     if targets is not None and targets.shape != tokens.shape:
         raise ValueError(f"{model}: targets {targets.shape} must have the shape of tokens "
                          f"{tokens.shape}")
@@ -124,11 +124,11 @@ def _recurrent_mask(layer: str, mask: Array, h: Array) -> Array:
         grown = True
     if grown:
         raise ValueError(f"{layer}: recurrent_mask must broadcast to (batch, features) "
-                         f"{h.shape}, got {_describe(mask)}")
+                         f"{h.shape}, got {describe(mask)}")
     return jnp.broadcast_to(jnp.asarray(mask).astype(h.dtype), h.shape)
 
 
-def _drawn_wide(init: Initializer) -> Initializer:
+def drawn_wide(init: Initializer) -> Initializer:
     """``init`` drawn in at least float32, then cast to the requested dtype: some
     initializers (``orthogonal``'s QR) have no bfloat16 kernel."""
 
@@ -355,16 +355,20 @@ def _sum_over_steps(h: Array, dz: Array) -> Array:
 lstm_scan.defvjp(_lstm_scan_fwd, _lstm_scan_bwd)
 
 
+def layer_param(module: nn.Module, name: str, init: Initializer,
+                shape: tuple[int, ...]) -> Array:
+    """A parameter of ``module``, drawn by ``init`` (``drawn_wide``) in its ``param_dtype``."""
+    return module.param(name, drawn_wide(init), shape, module.param_dtype)
+
+
 def make_cell_params(module: nn.Module, input_features: int) -> cells.Params:
     """``w_ih``, ``w_hh`` and ``b`` of ``module``'s cell, created in ``module``'s scope (in
     its ``param_dtype``)."""
     g = cells.get_cell(module.cell).gates * module.features
-    dtype = module.param_dtype
     return {
-        "w_ih": module.param("w_ih", _drawn_wide(module.kernel_init), (input_features, g), dtype),
-        "w_hh": module.param("w_hh", _drawn_wide(module.recurrent_init), (module.features, g),
-                             dtype),
-        "b": module.param("b", _drawn_wide(module.bias_init), (g,), dtype),
+        "w_ih": layer_param(module, "w_ih", module.kernel_init, (input_features, g)),
+        "w_hh": layer_param(module, "w_hh", module.recurrent_init, (module.features, g)),
+        "b": layer_param(module, "b", module.bias_init, (g,)),
     }
 
 
@@ -491,6 +495,7 @@ class Bidirectional(nn.Module):
         check_sequence("Bidirectional", x, lengths)
         check_sizes("Bidirectional", features=self.features)
         if recurrent_mask is not None and not _per_direction(recurrent_mask):
+            # not one 2-D mask for both: (2, features) could be a pair of (features,) masks
             raise ValueError("Bidirectional: recurrent_mask must be a (forward, backward) pair "
                              "of (batch, features) masks, or one (2, batch, features) array")
         kw = dict(cell=self.cell, features=self.features, kernel_init=self.kernel_init,

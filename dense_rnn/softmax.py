@@ -57,7 +57,7 @@ def _nll(raw: Array, bias: Array, targets: Array) -> tuple[Array, Array, Array]:
     bias = bias.astype(raw.dtype)
     shift, e, total = _shifted_exp(raw, bias, exact=False)
     shift, e, total = jax.lax.cond(
-        total.min() < _MIN_TOTAL, lambda: _shifted_exp(raw, bias, exact=True),
+        total.min(initial=jnp.inf) < _MIN_TOTAL, lambda: _shifted_exp(raw, bias, exact=True),
         lambda: (shift, e, total))
     picked = jnp.take_along_axis(raw, targets[:, None], axis=-1)[:, 0] + bias[targets]
     return jnp.log(total) + shift[:, 0] - picked, e, 1 / total

@@ -29,7 +29,7 @@ def _init(cell, k, seed=0, block_start=False):
      ("gru", 3, True), ("lstm", 2, True)])
 def test_dense_block_matches_reference(cell, k, block_start):
     layer, params, x = _init(cell, k, block_start=block_start)
-    carry, ys = jax.jit(lambda p, x, n: layer.apply({"params": p}, x, n))(
+    carry, ys = jax.jit(lambda p, x, n: layer.apply({"params": p}, x, lengths=n))(
         params, x, jnp.asarray(LENGTHS))
     p64 = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
     for b, n in enumerate(LENGTHS):
@@ -50,7 +50,7 @@ def test_weights_owned_by_position():
 @pytest.mark.parametrize("cell", ["rnn", "lstm"])
 def test_depth_one_is_the_plain_cell(cell):
     layer, params, x = _init(cell, 1)
-    _, ys = layer.apply({"params": params}, x, jnp.asarray(LENGTHS))
+    _, ys = layer.apply({"params": params}, x, lengths=jnp.asarray(LENGTHS))
     plain = {"w_ih": params["w_ih"], "w_hh": params["w_hh_1"], "b": params["b"]}
     spec = cells.get_cell(cell)
     _, want = scan_cell(spec, plain, cells.project(plain, x), spec.zero_carry((B,), H, x.dtype),
@@ -61,8 +61,8 @@ def test_depth_one_is_the_plain_cell(cell):
 def test_padding_does_not_change_outputs():
     layer, params, x = _init("lstm", 4)
     x2 = x.at[2, 1:].set(100.0)  # garbage after length 1
-    a = layer.apply({"params": params}, x, jnp.asarray(LENGTHS))
-    b = layer.apply({"params": params}, x2, jnp.asarray(LENGTHS))
+    a = layer.apply({"params": params}, x, lengths=jnp.asarray(LENGTHS))
+    b = layer.apply({"params": params}, x2, lengths=jnp.asarray(LENGTHS))
     jax.tree.map(lambda u, v: np.testing.assert_allclose(u, v, atol=1e-6), a, b)
 
 

@@ -35,7 +35,7 @@ def test_strided_stack_matches_literal_reference(cell, depths, multiscale, dense
     x = jax.random.normal(jax.random.key(0), (B, T, D))
     stack = HMDenseStack(cell, H, depths, multiscale, dense)
     params = stack.init(jax.random.key(1), x)["params"]
-    carry, outs = jax.jit(lambda p, x, n: stack.apply({"params": p}, x, n))(
+    carries, outs = jax.jit(lambda p, x, n: stack.apply({"params": p}, x, lengths=n))(
         params, x, jnp.asarray(LENGTHS))
     p64 = [jax.tree.map(lambda a: np.asarray(a, np.float64), params[f"layer_{i}"])
            for i in range(len(depths))]
@@ -49,7 +49,7 @@ def test_strided_stack_matches_literal_reference(cell, depths, multiscale, dense
             got = outs[i][b, : -(-n // stride)]
             np.testing.assert_allclose(got, np.array([h for _, h in updates[i]]).reshape(
                 got.shape), atol=2e-5)
-        np.testing.assert_allclose(cells.carry_output(carry)[b], h_final[-1], atol=2e-5)
+        np.testing.assert_allclose(cells.carry_output(carries[-1])[b], h_final[-1], atol=2e-5)
 
 
 def test_short_sentences_reach_the_top_layer():
@@ -58,12 +58,13 @@ def test_short_sentences_reach_the_top_layer():
     stack = HMDenseStack("gru", H, (2, 4, 8))
     x = jax.random.normal(jax.random.key(3), (2, 7, D))  # 3 real steps, 4 of padding
     params = stack.init(jax.random.key(1), x)
-    apply = jax.jit(stack.apply)  # one compile per shape, not one per operation
-    short, _ = apply(params, x[:, :3])
-    top, _ = apply(params, x, jnp.array([3, 3]))
+    # one compile per shape, not one per operation; the top layer's final carry
+    apply = jax.jit(lambda p, x, n=None: stack.apply(p, x, lengths=n)[0][-1])
+    short = apply(params, x[:, :3])
+    top = apply(params, x, jnp.array([3, 3]))
     np.testing.assert_allclose(top, short, atol=1e-6)
     assert np.all(np.abs(np.asarray(top)) > 0) and not np.allclose(top[0], top[1])
-    assert not np.allclose(top, apply(params, x)[0])  # the padding would change it
+    assert not np.allclose(top, apply(params, x))  # the padding would change it
 
 
 def test_schedule_doubles_depth_and_strides():
@@ -95,7 +96,7 @@ def test_gated_hornn_matches_reference(order):
     x = jax.random.normal(jax.random.key(2), (B, T, D))
     layer = GatedHORNN(H, order)
     params = layer.init(jax.random.key(3), x)["params"]
-    carry, ys = layer.apply({"params": params}, x, jnp.asarray(LENGTHS))
+    carry, ys = layer.apply({"params": params}, x, lengths=jnp.asarray(LENGTHS))
     p64 = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
     for b, n in enumerate(LENGTHS):
         want = _hornn_reference(p64, np.asarray(x[b, :n], np.float64), order)
@@ -298,6 +299,6 @@ def test_malformed_inputs_are_one_line_errors():
     stack = HMDenseStack("gru", 4, (2, 4))
     variables = stack.init(jax.random.key(0), x)
     with pytest.raises(ValueError, match=r"HMDenseStack: lengths must be an integer array"):
-        stack.apply(variables, x, [1, 2])
+        stack.apply(variables, x, lengths=[1, 2])
     with pytest.raises(ValueError, match=r"DenseRecurrent: x has no time steps"):
         stack.apply(variables, jnp.ones((2, 0, 3)))

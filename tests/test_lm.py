@@ -92,6 +92,38 @@ def test_dense_wiring_shapes():
     assert params["softmax"]["kernel"].shape == (7 + 3 * 4, 11)
 
 
+def test_padded_sentences_stop_their_carries_at_their_lengths():
+    """``lengths``: each row's final carries are those after its last real token, as if the
+    row ran alone; the logits at real positions do not depend on the padding."""
+    model = LanguageModel(vocab_size=11, embed_size=5, hidden_size=4, num_layers=2,
+                          connectivity="dense")
+    tokens = jax.random.randint(jax.random.key(1), (3, 6), 0, 11)
+    variables = model.init(jax.random.key(0), tokens)
+    apply = jax.jit(model.apply)
+    lengths = jnp.array([6, 2, 4])
+    logits, carries = apply(variables, tokens, lengths=lengths)
+    for b, n in enumerate(lengths.tolist()):
+        alone, want = apply(variables, tokens[b:b + 1, :n])
+        np.testing.assert_allclose(logits[b, :n], alone[0], atol=1e-5)
+        jax.tree.map(lambda a, w, b=b: np.testing.assert_allclose(a[b], w[0], atol=1e-6),
+                     carries, want)
+
+
+def test_targets_given_in_the_carries_place_and_empty_windows():
+    model = LanguageModel(vocab_size=11, embed_size=5, hidden_size=4, num_layers=2)
+    tokens = jnp.zeros((2, 3), jnp.int32)
+    variables = model.init(jax.random.key(0), tokens)
+    with pytest.raises(ValueError, match=r"carries must be float arrays, .*got int32 \(2, 3\); "
+                                         r"targets go in targets=, after the carries"):
+        model.apply(variables, tokens, tokens)
+    empty = tokens[:, :0]  # no tokens: empty NLL and logits, the carries unchanged
+    nll, carries = jax.jit(model.apply)(variables, empty, targets=empty)
+    assert nll.shape == (2, 0) and nll.dtype == jnp.float32
+    assert model.apply(variables, empty)[0].shape == (2, 0, 11)
+    jax.tree.map(lambda c, z: np.testing.assert_array_equal(c, z), carries,
+                 model.zero_carries(2))
+
+
 def test_init_is_uniform_in_scale():
     model = LanguageModel(vocab_size=50, embed_size=8, hidden_size=8, num_layers=2,
                           init_scale=0.05)

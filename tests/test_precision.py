@@ -95,6 +95,17 @@ def test_bfloat16_classifier_step(name):
     assert_grads_close(grads["bfloat16"], grads["float32"])
 
 
+@pytest.mark.parametrize("name", ["dc_bilstm", "hm_densegru_64", "hornn_64"])
+def test_classifiers_return_float32_logits_under_bfloat16_parameters(name):
+    """As the language model's logits: a user's own cross-entropy gets float32 logits."""
+    config, _ = classify.get_config(name)
+    model = classify.make_model(config, vocab_size=30, num_classes=3)
+    tokens, lengths = jnp.ones((2, 5), jnp.int32), jnp.array([5, 2])
+    params = jax.eval_shape(lambda: precision.cast_floating(
+        model.init(jax.random.key(0), tokens, lengths), jnp.bfloat16))
+    assert jax.eval_shape(model.apply, params, tokens, lengths).dtype == jnp.float32
+
+
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_products_match_numpy(dtype):
     """``matmul``, ``matmul_nt`` and ``matmul_tn`` are ``a @ b``, ``a @ b.T`` and

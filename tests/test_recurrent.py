@@ -3,12 +3,16 @@
 import re
 import warnings
 
+import flax
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from dense_rnn import cells, recurrent
+from dense_rnn.dense_block import DenseRecurrent
+from dense_rnn.hm_stack import HMDenseStack
 from dense_rnn.hornn import GatedHORNN
 from dense_rnn.models import DCBiLSTM, HMTextClassifier, LanguageModel
 from tests.test_cells import np_gru, np_lstm, random_params
@@ -178,8 +182,6 @@ def test_stack_refuses_wrong_number_of_carries():
 
 
 def _layers():
-    from dense_rnn.dense_block import DenseRecurrent
-
     return [recurrent.Recurrent("lstm", 4), recurrent.Recurrent("gru", 4),
             recurrent.Bidirectional("lstm", 4), recurrent.Bidirectional("rnn", 4),
             DenseRecurrent("gru", 4, 2), GatedHORNN(4)]
@@ -282,8 +284,6 @@ def test_layers_reject_malformed_inputs_in_one_line(layer, x_shape, lengths, mes
 
 def test_malformed_layer_settings_are_one_line_errors():
     from dense_rnn import stack
-    from dense_rnn.dense_block import DenseRecurrent
-    from dense_rnn.hm_stack import HMDenseStack
 
     x = jnp.ones((2, 8, 3))
     for module, message in [
@@ -296,9 +296,11 @@ def test_malformed_layer_settings_are_one_line_errors():
     ]:
         with pytest.raises(ValueError, match=message):
             module.init(jax.random.key(0), x)
-    # lengths passed where the carry goes: the error says where they belong
+    # lengths passed where the carry goes: the error says where they belong, also where the
+    # batch (2) equals a stack's layer count
     for module in (recurrent.Recurrent("lstm", 4), recurrent.Bidirectional("gru", 4),
-                   stack.RecurrentStack("lstm", (4, 4, 4))):
+                   stack.RecurrentStack("lstm", (4, 4, 4)), stack.RecurrentStack("gru", (4, 4)),
+                   DenseRecurrent("gru", 4, 2), GatedHORNN(4), HMDenseStack("gru", 4, (2, 4))):
         with pytest.raises(ValueError, match="; sequence lengths go in lengths=, after the "
                            "carry"):
             module.init(jax.random.key(0), x, jnp.array([8, 3]))
@@ -528,3 +530,69 @@ def test_stack_gives_each_layer_and_direction_its_own_scaled_recurrent_mask(bidi
         assert RecurrentStack(**(args | kw)).apply(
             {}, 8, 64, deterministic, method=RecurrentStack.recurrent_masks,
             rngs={"dropout": jax.random.key(1)}) is None
+
+
+def test_layers_take_initializers_and_a_param_dtype():
+    """Every layer takes its initializers and ``param_dtype`` (the dense, HM and HORNN
+    layers default to PyTorch's uniform init)."""
+    x = jnp.ones((2, 4, 3))
+    ones, zeros = nn.initializers.ones, nn.initializers.zeros
+    for make in (lambda **kw: DenseRecurrent("lstm", 4, 2, **kw),
+                 lambda **kw: GatedHORNN(4, **kw),
+                 lambda **kw: HMDenseStack("gru", 4, (2, 4), **kw)):
+        shapes = jax.eval_shape(make(param_dtype=jnp.bfloat16).init, jax.random.key(0), x)
+        assert {a.dtype for a in jax.tree.leaves(shapes)} == {jnp.dtype(jnp.bfloat16)}
+        params = jax.jit(make(kernel_init=ones, recurrent_init=zeros, bias_init=ones).init)(
+            jax.random.key(0), x)["params"]
+        flat = flax.traverse_util.flatten_dict(params, sep="/")
+        for name, value in flat.items():
+            leaf = name.rsplit("/", 1)[-1]
+            want = 1.0 if leaf in ("w_ih", "b") else 0.0
+            assert np.all(np.asarray(value) == want), name
+        default = jax.jit(make().init)(jax.random.key(0), x)["params"]
+        bound = 4 ** -0.5  # pytorch_uniform(features=4)
+        assert all(0 < np.abs(a).max() <= bound for a in jax.tree.leaves(default))
+
+
+@pytest.mark.parametrize("make, window", [
+    (lambda: DenseRecurrent("lstm", 4, 3), 6),
+    (lambda: DenseRecurrent("gru", 4, 2, block_start=True), 4),
+    (lambda: GatedHORNN(4, order=2), 5),
+])
+def test_a_layer_continued_from_its_carry_runs_as_one_call(make, window):
+    """Truncated BPTT / streaming: two calls, the second from the first's final carry,
+    give the one long call's outputs (a dense layer's windows whole blocks)."""
+    layer = make()
+    x = jax.random.normal(jax.random.key(0), (2, 2 * window, 3))
+    variables = layer.init(jax.random.key(1), x)
+    apply = jax.jit(layer.apply)
+    carry, whole = apply(variables, x)
+    first_carry, first = apply(variables, x[:, :window])
+    last_carry, second = apply(variables, x[:, window:], first_carry)
+    np.testing.assert_allclose(jnp.concatenate([first, second], 1), whole, atol=1e-6)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), last_carry, carry)
+    assert jax.tree.structure(carry) == jax.tree.structure(layer.zero_carry(2))
+
+
+def test_the_hm_stack_continued_from_its_carries_runs_as_one_call():
+    stack_ = HMDenseStack("gru", 4, (2, 4, 8))
+    x = jax.random.normal(jax.random.key(0), (2, 16, 3))
+    variables = stack_.init(jax.random.key(1), x)
+    apply = jax.jit(stack_.apply)
+    carries, outs = apply(variables, x)
+    first_carries, first = apply(variables, x[:, :8])
+    last, second = apply(variables, x[:, 8:], first_carries)
+    for a, b, whole in zip(first, second, outs, strict=True):
+        np.testing.assert_allclose(jnp.concatenate([a, b], 1), whole, atol=1e-6)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), last, carries)
+    assert len(carries) == 3 and jax.tree.structure(carries) == jax.tree.structure(
+        stack_.zero_carries(2))
+    with pytest.raises(ValueError, match="carries has 2 entries for 3 layers"):
+        stack_.apply(variables, x, carries[:2])
+
+
+def test_a_cells_zero_carry_takes_a_batch_size():
+    lstm = cells.get_cell("lstm")
+    c, h = lstm.zero_carry(3, 5)
+    assert c.shape == h.shape == (3, 5) and c.dtype == jnp.float32
+    assert lstm.zero_carry((2, 3), 5, jnp.bfloat16)[0].shape == (2, 3, 5)

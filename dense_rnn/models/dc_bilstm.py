@@ -61,7 +61,7 @@ class DCBiLSTM(nn.Module):
     def __call__(
         self, tokens: Array, lengths: Array | None = None, deterministic: bool = True
     ) -> Array:
-        """Logits ``(batch, num_classes)`` of padded ``tokens`` (batch, time); ``lengths``:
+        """Float32 logits ``(batch, num_classes)`` of padded ``tokens`` (batch, time); ``lengths``:
         ``(batch,)`` real lengths, clamped to the padded length (None: every row full)."""
         if self.dl < 0 or self.dh < 0 or self.th < 1:
             raise ValueError(f"dl={self.dl}, dh={self.dh}, th={self.th}: dl and dh must be "
@@ -84,4 +84,4 @@ class DCBiLSTM(nn.Module):
         sentence = masked_mean(hs[-1], lengths)
         self.sow("intermediates", "sentence", sentence)
         pooled = Dropout(self.dropout_pool)(sentence, deterministic)
-        return nn.Dense(self.num_classes, name="softmax")(pooled)
+        return nn.Dense(self.num_classes, name="softmax")(pooled).astype(jnp.float32)

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 
 from dense_rnn import cells
 from dense_rnn.dense_block import pytorch_uniform
@@ -80,21 +81,21 @@ class HMTextClassifier(nn.Module):
         if self.net == "hornn":
             for i in range(self.layers):
                 carry, x = GatedHORNN(self.features, self.hornn_order, name=f"hornn_{i}")(
-                    x, lengths)
+                    x, lengths=lengths)
             return cells.carry_output(carry)
         if self.net == "hm":
-            carry, _ = HMDenseStack(
+            carries, _ = HMDenseStack(
                 self.cell, self.features, tuple(self.depths), self.multiscale, self.dense,
                 name="hm",
-            )(x, lengths)
-            return cells.carry_output(carry)
+            )(x, lengths=lengths)
+            return cells.carry_output(carries[-1])
         raise ValueError(f"unknown net {self.net!r}; use one of {NETS}")
 
     @nn.compact
     def __call__(
         self, tokens: Array, lengths: Array | None = None, deterministic: bool = True
     ) -> Array:
-        """Logits ``(batch, num_classes)`` of padded ``tokens`` (batch, time); ``lengths``:
+        """Float32 logits ``(batch, num_classes)`` of padded ``tokens`` (batch, time); ``lengths``:
         ``(batch,)`` real lengths, clamped to the padded length (None: every row full).
         ``deterministic`` is unused (these models have no dropout): it is accepted so the
         trainer calls every classifier alike."""
@@ -113,4 +114,4 @@ class HMTextClassifier(nn.Module):
         e = nn.Embed(self.vocab_size, self.embed_size, name="embed")(tokens)
         sentence = self._recurrent_net(e, lengths)
         self.sow("intermediates", "sentence", sentence)
-        return nn.Dense(self.num_classes, name="softmax")(sentence)
+        return nn.Dense(self.num_classes, name="softmax")(sentence).astype(jnp.float32)

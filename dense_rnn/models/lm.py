@@ -31,9 +31,11 @@ class LanguageModel(nn.Module):
     ``targets`` (batch, time) it returns the per-token NLL ``(batch, time)`` in place of the
     logits, from the fused softmax cross-entropy (``softmax.softmax_cross_entropy``): the
     way to train. Pass the returned carries to the next window for truncated BPTT;
-    ``zero_carries`` starts a stream. The layers compute in the parameters' dtype (bfloat16
-    parameters, cast for a step: bfloat16 throughout), the carries cast to it; they are
-    returned in the dtype they came in.
+    ``zero_carries`` starts a stream. With ``lengths`` (batch,), a row's carries stop at its
+    last real token (a batch of padded sentences); the NLL at padding positions is computed
+    all the same, for the caller to mask. The recurrent layers compute in the parameters'
+    dtype (bfloat16 parameters, cast for a step: bfloat16 layers), the carries cast to it
+    and returned in the dtype they came in; the logits and NLL are float32.
     """
 
     vocab_size: int
@@ -54,10 +56,15 @@ class LanguageModel(nn.Module):
     @nn.compact
     def __call__(
         self, tokens: Array, carries: tuple | None = None, targets: Array | None = None,
-        deterministic: bool = True,
+        deterministic: bool = True, lengths: Array | None = None,
     ) -> tuple[Array, tuple]:
         """``(logits or per-token NLL, final carries)``; see the class docstring."""
         recurrent.check_tokens("LanguageModel", tokens, targets)
+        if carries is not None and any(not jnp.issubdtype(jnp.result_type(c), jnp.floating)
+                                       for c in jax.tree.leaves(carries)):
+            raise ValueError("LanguageModel: carries must be float arrays, one (c, h) pair per "
+                             f"layer (zero_carries), got {recurrent.describe(carries)}; "
+                             "targets go in targets=, after the carries")
         recurrent.check_sizes("LanguageModel", vocab_size=self.vocab_size,
                               embed_size=self.embed_size, hidden_size=self.hidden_size)
         if self.num_layers < 1:
@@ -82,7 +89,7 @@ class LanguageModel(nn.Module):
             recurrent_init=init,
             bias_init=init,
             name="rnn",
-        )(e, precision.cast_floating(carries, e.dtype), deterministic=deterministic)
+        )(e, precision.cast_floating(carries, e.dtype), lengths, deterministic)
         carries = jax.tree.unflatten(jax.tree.structure(carries), [
             c.astype(d) for c, d in zip(jax.tree.leaves(carries), given, strict=True)])
         top = stack.dense_input(features) if self.connectivity == "dense" else features[-1]
