@@ -16,6 +16,7 @@ Parameters of a cell with input size ``d``, hidden size ``n`` and ``g`` gates:
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -115,9 +116,13 @@ class Cell(NamedTuple):
 
     def zero_carry(self, batch: int | tuple[int, ...], features: int,
                    dtype: DTypeLike = jnp.float32) -> Carry:
-        """The zero carry of ``batch`` rows (an int, or a tuple of batch axes) of
+        """The zero carry of ``batch`` rows (an integer, or a tuple of batch axes) of
         ``features`` units."""
-        return self.zeros((batch,) if isinstance(batch, int) else tuple(batch), features, dtype)
+        try:
+            shape = (operator.index(batch),)
+        except TypeError:
+            shape = tuple(batch)
+        return self.zeros(shape, features, dtype)
 
 
 def _zeros(batch_shape: tuple[int, ...], n: int, dtype: DTypeLike) -> Array:

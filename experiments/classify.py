@@ -46,8 +46,9 @@ flags.DEFINE_string("dataset", "sst2", "Dataset: mr, sst1, sst2, subj, trec, sst
 flags.DEFINE_string("data_dir", DEFAULT_DATA_DIR,
                     "Root holding mr/, sst/, subj/, trec/, imdb/, ag_news/ (and glove/).")
 flags.DEFINE_string("hf_dataset", None, "Read --dataset from this Hugging Face hub dataset "
-                    "(or local dataset directory) instead of --data_dir, e.g. fancyzhx/ag_news "
-                    "for --dataset=ag; BUILD.md lists one per dataset.")
+                    "(NAME[:CONFIG][@REVISION], or a local dataset directory) instead of "
+                    "--data_dir, e.g. fancyzhx/ag_news for --dataset=ag; BUILD.md lists one "
+                    "per dataset.")
 flags.DEFINE_string("workdir", None, "Checkpoints, metrics and summary "
                     "(default workdirs/CONFIG_DATASET).")
 flags.DEFINE_string("embeddings", None, "GloVe .txt or .txt.gz file (any dimension; "

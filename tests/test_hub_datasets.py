@@ -3,6 +3,7 @@ out as the hub's (``train``/``validation``/``test`` parquet files), no network."
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -129,8 +130,10 @@ def test_bad_hub_datasets(tmp_path, splits, message):
 
 
 def test_missing_or_inconsistent_dataset_one_line(tmp_path):
-    with pytest.raises(UserError, match="could not be loaded .*use the local files"):
-        load_hub(str(tmp_path / "nothing_here"), DATASETS["ag"])
+    for path in (str(tmp_path / "nothing_here"), "./nothing_here", r"C:\data\ag"):
+        with pytest.raises(UserError, match=f"^--hf_dataset={re.escape(path)}: no such "
+                           "directory"):
+            load_hub(path, DATASETS["ag"])
     root = _write(tmp_path / "ag", {"train": {"text": ["a"], "label": [0]},
                                     "test": {"words": ["a"], "label": [0]}})
     with pytest.raises(UserError, match="could not be loaded"):

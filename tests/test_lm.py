@@ -116,6 +116,9 @@ def test_targets_given_in_the_carries_place_and_empty_windows():
     with pytest.raises(ValueError, match=r"carries must be float arrays, .*got int32 \(2, 3\); "
                                          r"targets go in targets=, after the carries"):
         model.apply(variables, tokens, tokens)
+    with pytest.raises(ValueError, match=r"got int32 \(2,\); sequence lengths go in lengths=, "
+                                         r"after the carries"):
+        model.apply(variables, tokens, jnp.array([3, 1]))
     empty = tokens[:, :0]  # no tokens: empty NLL and logits, the carries unchanged
     nll, carries = jax.jit(model.apply)(variables, empty, targets=empty)
     assert nll.shape == (2, 0) and nll.dtype == jnp.float32

@@ -75,11 +75,21 @@ def test_sampling_is_reproducible_by_seed(trained):
         lm_infer.sample(trained, "w1", temperature=float("nan"))
 
 
-def test_generate_yields_the_sampled_words_one_by_one(trained):
+def test_generate_yields_the_sampled_words_one_by_one(trained, monkeypatch):
+    make_step, steps = lm_infer.make_step, []
+
+    def counted(model):
+        step = make_step(model)
+        return lambda *args: steps.append(1) or step(*args)
+
+    monkeypatch.setattr(lm_infer, "make_step", counted)
     words = lm_infer.generate(trained, "w1 w2", num_words=20, seed=3)
-    assert next(words) in trained.vocab  # drawn before the rest are asked for
-    assert [lm_infer.sample(trained, "w1 w2", num_words=20, seed=3)[0], *words] == (
-        lm_infer.sample(trained, "w1 w2", num_words=20, seed=3))
+    assert not steps  # nothing runs before the first word is asked for
+    first = next(words)
+    assert first in trained.vocab and len(steps) == 3  # <eos> and the prompt's two words
+    rest = list(words)
+    assert len(steps) == 3 + 19  # each later word one step; none after the last
+    assert [first, *rest] == lm_infer.sample(trained, "w1 w2", num_words=20, seed=3)
     with pytest.raises(UserError, match="must be >= 0"):  # refused before any word is asked
         lm_infer.generate(trained, num_words=-1)
 

@@ -596,3 +596,6 @@ def test_a_cells_zero_carry_takes_a_batch_size():
     c, h = lstm.zero_carry(3, 5)
     assert c.shape == h.shape == (3, 5) and c.dtype == jnp.float32
     assert lstm.zero_carry((2, 3), 5, jnp.bfloat16)[0].shape == (2, 3, 5)
+    for batch in (np.int64(3), jnp.array(3)):  # any integer, e.g. a shape's entry
+        assert cells.get_cell("gru").zero_carry(batch, 5).shape == (3, 5)
+        assert HMDenseStack("gru", 5, (2, 4)).zero_carries(batch)[1].shape == (3, 5)

@@ -8,6 +8,7 @@ loading script) as one-line ``UserError``s.
 from __future__ import annotations
 
 import os
+import re
 from types import ModuleType
 
 import datasets
@@ -47,6 +48,10 @@ def load(name: str) -> datasets.DatasetDict:
     datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # failures come as UserError
     hub_logging.set_verbosity_error()
     path, config, revision = parse(name)
+    if not os.path.isdir(name) and (name.startswith((".", "/", "~")) or "\\" in name
+                                    or re.match(r"[A-Za-z]:[\\/]", name)):
+        raise UserError(f"--hf_dataset={name}: no such directory (a path, where a hub name "
+                        "would be owner/name, e.g. fancyzhx/ag_news)")
     try:
         ds = datasets.load_dataset(path, config, revision=revision)
     except (OSError, ValueError, RuntimeError, datasets.exceptions.DatasetsError) as e:

@@ -145,8 +145,9 @@ def sample(trained: TrainedLM, prompt: str = "", num_words: int = 50,
 
 
 def stream_text(words: Iterable[str]) -> Iterator[str]:
-    """Words as pieces of text, one sentence a line (``<eos>`` ends a line); no newline
-    before the first word or after the last."""
+    """Words as pieces of text, one sentence a line (``<eos>`` ends a line); empty sentences
+    before the first word and after the last are dropped (no leading or trailing newline),
+    one between two words is an empty line."""
     newlines, line_open = 0, False
     for w in words:
         if w == ptb.EOS:
