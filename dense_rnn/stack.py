@@ -119,8 +119,7 @@ class RecurrentStack(nn.Module):
         carries = carries if carries is not None else (None,) * len(self.features)
         if len(carries) != len(self.features):
             raise ValueError(f"carries has {len(carries)} entries for {len(self.features)} "
-                             "layers; pass one carry per layer, or None for zeros"
-                             f"{recurrent.lengths_hint(carries)}")
+                             "layers; pass one carry per layer, or None for zeros")
         outputs, new_carries = [x], []
         for i, (n, carry) in enumerate(zip(self.features, carries, strict=True)):
             inp = dense_input(outputs) if self.connectivity == "dense" else outputs[-1]
