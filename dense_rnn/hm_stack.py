@@ -44,8 +44,7 @@ from dense_rnn.recurrent import (
     check_sequence,
     check_sizes,
     clamp_lengths,
-    describe,
-    lengths_hint,
+    layer_carries,
 )
 
 Array = jax.Array
@@ -148,14 +147,7 @@ class HMDenseStack(nn.Module):
         if not self.depths or min(self.depths) < 1:
             raise ValueError(f"HMDenseStack: depths={tuple(self.depths)}; give one depth of at "
                              "least 1 per layer")
-        if hint := lengths_hint(carries):  # batch == layers would pass the count
-            raise ValueError(f"HMDenseStack: carries must be one carry per layer, or None for "
-                             f"zeros, got {describe(carries)}{hint}")
-        carries = (None,) * len(self.depths) if carries is None else carries
-        if len(carries) != len(self.depths):
-            raise ValueError(f"HMDenseStack: carries has {len(carries)} entries for "
-                             f"{len(self.depths)} layers; pass one carry per layer, or None "
-                             "for zeros")
+        carries = layer_carries("HMDenseStack", carries, len(self.depths))
         outputs, finals = [], []
         plans = layer_schedule(self.depths, self.multiscale, self.dense)
         for i, (plan, carry) in enumerate(zip(plans, carries, strict=True)):

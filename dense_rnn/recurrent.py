@@ -87,14 +87,28 @@ def check_sizes(layer: str, **sizes: int) -> None:
         raise ValueError(f"{layer}: {bad}; sizes must be at least 1")
 
 
-def lengths_hint(carry: Any) -> str:
+def lengths_hint(carry: Any, place: str = "the carry") -> str:
     """A note for an error about ``carry`` when it looks like sequence lengths (a 1-D integer
-    array), given positionally in the carry's place; else ``""``."""
+    array), given positionally in ``place``; else ``""``."""
     leaves = jax.tree.leaves(carry)
     if len(leaves) == 1 and jnp.ndim(leaves[0]) == 1 and jnp.issubdtype(
             jnp.result_type(leaves[0]), jnp.integer):
-        return "; sequence lengths go in lengths=, after the carry"
+        return f"; sequence lengths go in lengths=, after {place}"
     return ""
+
+
+def layer_carries(layer: str, carries: Any, n: int) -> Any:
+    """A stack's ``carries``, one initial carry per layer of ``n`` (None: ``n`` Nones for
+    zeros); a one-line ``ValueError`` for another count, or for lengths in their place."""
+    if hint := lengths_hint(carries):  # checked first: batch == layers would pass the count
+        raise ValueError(f"{layer}: carries must be one carry per layer, or None for zeros, "
+                         f"got {describe(carries)}{hint}")
+    if carries is None:
+        return (None,) * n
+    if len(carries) != n:
+        raise ValueError(f"{layer}: carries has {len(carries)} entries for {n} layers; pass "
+                         "one carry per layer, or None for zeros")
+    return carries
 
 
 def initial_carry(layer: str, spec: cells.Cell, carry: cells.Carry | None, batch: int,

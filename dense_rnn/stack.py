@@ -113,13 +113,7 @@ class RecurrentStack(nn.Module):
                 f"unknown connectivity {self.connectivity!r}; use one of {CONNECTIVITIES}"
             )
         layer_cls = recurrent.Bidirectional if self.bidirectional else recurrent.Recurrent
-        if hint := recurrent.lengths_hint(carries):  # batch == layers would pass the count
-            raise ValueError(f"RecurrentStack: carries must be one carry per layer, or None for "
-                             f"zeros, got {recurrent.describe(carries)}{hint}")
-        carries = carries if carries is not None else (None,) * len(self.features)
-        if len(carries) != len(self.features):
-            raise ValueError(f"carries has {len(carries)} entries for {len(self.features)} "
-                             "layers; pass one carry per layer, or None for zeros")
+        carries = recurrent.layer_carries("RecurrentStack", carries, len(self.features))
         outputs, new_carries = [x], []
         for i, (n, carry) in enumerate(zip(self.features, carries, strict=True)):
             inp = dense_input(outputs) if self.connectivity == "dense" else outputs[-1]

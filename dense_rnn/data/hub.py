@@ -29,10 +29,7 @@ def quiet() -> ModuleType:
 
 
 def parse(name: str) -> tuple[str, str | None, str | None]:
-    """``(path, config, revision)`` of ``NAME[:CONFIG][@REVISION]``; a local directory is
-    its own path, whatever characters it holds."""
-    if os.path.isdir(name):
-        return name, None, None
+    """``(path, config, revision)`` of a hub name ``NAME[:CONFIG][@REVISION]``."""
     name, _, revision = name.partition("@")
     path, _, config = name.partition(":")
     return path, config or None, revision or None
@@ -47,11 +44,13 @@ def load(name: str) -> datasets.DatasetDict:
     quiet()
     datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # failures come as UserError
     hub_logging.set_verbosity_error()
-    path, config, revision = parse(name)
-    if not os.path.isdir(name) and (name.startswith((".", "/", "~")) or "\\" in name
-                                    or re.match(r"[A-Za-z]:[\\/]", name)):
+    if os.path.isdir(name):  # a local directory is its own path, whatever characters it holds
+        path, config, revision = name, None, None
+    elif name.startswith((".", "/", "~")) or "\\" in name or re.match(r"[A-Za-z]:[\\/]", name):
         raise UserError(f"--hf_dataset={name}: no such directory (a path, where a hub name "
                         "would be owner/name, e.g. fancyzhx/ag_news)")
+    else:
+        path, config, revision = parse(name)
     try:
         ds = datasets.load_dataset(path, config, revision=revision)
     except (OSError, ValueError, RuntimeError, datasets.exceptions.DatasetsError) as e:

@@ -62,7 +62,7 @@ class LanguageModel(nn.Module):
         recurrent.check_tokens("LanguageModel", tokens, targets)
         if carries is not None and any(not jnp.issubdtype(jnp.result_type(c), jnp.floating)
                                        for c in jax.tree.leaves(carries)):
-            hint = (recurrent.lengths_hint(carries).replace("the carry", "the carries")
+            hint = (recurrent.lengths_hint(carries, "the carries")
                     or "; targets go in targets=, after the carries")
             raise ValueError("LanguageModel: carries must be float arrays, one (c, h) pair per "
                              f"layer (zero_carries), got {recurrent.describe(carries)}{hint}")

@@ -368,11 +368,10 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
         check_sizes: bool = True, keep: str = "first") -> dict[str, Any]:
     """Trains ``c`` on ``dataset`` (every requested CV fold) and writes ``summary.json``.
     ``max_len > 0`` keeps only the first (``keep="last"``: last) ``max_len`` tokens of
-    every text; ``hf_dataset``
-    reads the dataset from the Hugging Face hub (or a local dataset directory) instead of
-    ``data_dir``; ``should_stop`` is ``train_split``'s. Local splits of other sizes than the
-    standard ones are warned about when the run starts (an empty or new ``workdir``), unless
-    ``check_sizes`` is False (a deliberate excerpt)."""
+    every text; ``hf_dataset`` reads the dataset from the Hugging Face hub (or a local
+    dataset directory) instead of ``data_dir``; ``should_stop`` is ``train_split``'s. Local
+    splits of other sizes than the standard ones are warned about when the run starts (an
+    empty or new ``workdir``), unless ``check_sizes`` is False (a deliberate excerpt)."""
     wall_start = time.time()
     starts = not os.path.isdir(workdir) or not set(os.listdir(workdir)) - {files.LOCK_FILE}
     if select not in SELECTIONS:
