@@ -42,6 +42,7 @@ from experiments import runner
 
 GLOVE = os.path.join(DEFAULT_DATA_DIR, "glove", "glove.6B.50d.txt.gz")
 CV_DATASETS = {"mr": 10, "subj": 10}
+PHRASE_LEVEL = ("sst1", "sst2")  # the datasets --phrases trains on every labelled phrase
 HM_MODELS = tuple(hm_densernn.TABLE2)
 # Suite -> the paper table its targets come from (Ding et al. 1-5, Zhao et al. 2-3), and its
 # jobs (built from the flags).
@@ -69,6 +70,8 @@ flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds of the non-CV datasets.")
 flags.DEFINE_list("folds", [str(k) for k in range(10)], "CV folds of MR and Subj.")
 flags.DEFINE_list("datasets", None, "Restrict the suite to these datasets.")
 flags.DEFINE_list("configs", None, "Restrict the suite to these configs.")
+flags.DEFINE_bool("phrases", False, "DC suites: train the SST datasets on every labelled phrase "
+                  "(sst1 -> sst1_phrases, sst2 -> sst2_phrases; tested on the same sentences).")
 flags.DEFINE_list("units", ["64", "128"], "HM suites: the unit counts of Table 2 to run.")
 flags.DEFINE_bool("sweep", True, "HM suites: choose the learning rate on dev (seed 0 sweeps "
                   "LR_SWEEP); --nosweep trains every seed at the config's rate.")
@@ -96,6 +99,8 @@ class Job:
 
 
 def _dc_jobs(configs: list[str], datasets: list[str]) -> list[Job]:
+    if FLAGS.phrases:
+        datasets = [f"{ds}_phrases" if ds in PHRASE_LEVEL else ds for ds in datasets]
     jobs = []
     for ds in datasets:
         for config in configs:

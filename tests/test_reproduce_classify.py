@@ -84,6 +84,19 @@ def test_dc_table1_names_every_seed_and_fold(parsed):
     assert all(j.lr_from is None for j in jobs)
 
 
+def test_phrases_trains_the_dc_suites_sst_rows_on_every_phrase(parsed):
+    parsed(["prog", "--phrases", "--seeds=0"])
+    names = {j.name for j in rc.suite_jobs("dc_table3")}
+    assert "dc_bilstm_t3_dl5_dh40_sst2_phrases_s0" in names
+    assert not any(n.endswith(("_sst1_s0", "_sst2_s0")) for n in names)
+    assert {rc._arg(j, "dataset") for j in rc.suite_jobs("dc_table1")} == {
+        "mr", "sst1_phrases", "sst2_phrases", "subj", "trec"}
+    parsed(["prog", "--phrases", "--seeds=0,1,2", "--datasets=sst2_phrases",
+            "--configs=dc_bilstm_t3_dl20_dh10"])
+    assert [j.name for j in rc.suite_jobs("dc_table3")] == [
+        f"dc_bilstm_t3_dl20_dh10_sst2_phrases_s{s}" for s in range(3)]
+
+
 def test_every_suite_config_exists_and_table_aliases(parsed):
     configs = classify.all_configs()
     for suite in ("dc_table1", "dc_table3", "dc_table4", "dc_table5", "hm_table2",
