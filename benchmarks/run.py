@@ -589,9 +589,10 @@ def _bfloat16(res: dict) -> bool:
 def targets_markdown(results: list[dict], gpu: bool, isolated: bool = True) -> str:
     """Ours against the targets, one row per workload; a bold figure meets its target (before
     rounding). The lax.scan ports' target holds on every workload, the others on the LM
-    workloads (unit tok/s) only: a classifier's ratios to the stock peers are shown unmarked,
-    and so are Flax's bfloat16 ones on a CPU, where its bfloat16 step is slower than its
-    float32 one. Without ``isolated`` workers the caption says PyTorch's ratios flatter ours."""
+    steps only: a classifier's or a bare LSTM stack's ratios to the stock peers are shown
+    unmarked, and so are Flax's bfloat16 ones on a CPU, where its bfloat16 step is slower
+    than its float32 one. Without ``isolated`` workers the caption says PyTorch's ratios
+    flatter ours."""
     from benchmarks.workloads import FLAX, PORT
 
     goals = {**PEER_TARGETS, **(CUDNN_TARGETS if gpu else {})}
@@ -601,7 +602,7 @@ def targets_markdown(results: list[dict], gpu: bool, isolated: bool = True) -> s
     lines = ["| workload | " + " | ".join(heads) + " |", "|" + " --- |" * (len(heads) + 1)]
     for res in results:
         rows = {r["impl"]: r for r in res["rows"]}
-        lm, cells = res["unit"] == "tok/s", []
+        lm, cells = res.get("lm", res["unit"] == "tok/s"), []
         for p in peers:
             x = rows[p]["ours_x"] if p in rows else None
             cpu_bf16_flax = not gpu and p == FLAX and _bfloat16(res)
@@ -726,7 +727,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 r["xla_flags"] = worker_env(TRITON)["XLA_FLAGS"]
             probed = peak_memory(name, r["impl"]) if memory else {}
             r.update(probed, built_alone=not parallel or "setup_s" in probed)
-        results.append({"workload": w.name, "unit": w.unit, "flops": w.flops, "rows": rows,
+        results.append({"workload": w.name, "unit": w.unit, "lm": w.lm, "flops": w.flops,
+                        "rows": rows,
                         "not_timed": {k: t["error"] for k, t in timings.items() if "error" in t}})
         print(markdown(results[-1:]), flush=True)
         alone = all(r["built_alone"] for res in results for r in res["rows"])

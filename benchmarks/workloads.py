@@ -15,10 +15,12 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import linen as nn
+from jax import Array
 from jax.experimental import rnn
 
 from benchmarks import flops, peers
-from dense_rnn import precision
+from dense_rnn import precision, stack
 from dense_rnn.configs import ptb
 from dense_rnn.configs.classifier import ClassifierConfig
 from dense_rnn.configs.dc_bilstm import dense_features
@@ -46,6 +48,7 @@ class Workload:
     flops: int
     gemm_flops: int
     impls: dict[str, Builder]
+    lm: bool = False  # a language model's step, which issue #5's LM targets are set for
 
 
 def _jax_loop(fn: Callable, state: list, compiled: Callable[[list], jax.stages.Compiled]
@@ -194,6 +197,64 @@ def lm_workload(name: str, train: bool = True, dtype: str = "float32") -> Worklo
         gemm_flops=flops.matmul(*flops.lm_softmax_shape(c, batch, time)),
         impls={OURS: lambda: jax_impl(lm.make_model(c)), **peer_impls,
                **gemm_impls(*flops.lm_softmax_shape(c, batch, time), dtype)},
+        lm=True,
+    )
+
+
+def stack_workload(name: str) -> Workload:
+    """A stacked PTB config's LSTM layers alone, as a user who imports them runs them: at
+    its training ``(batch, num_steps)``, no dropout, the forward pass and the gradients of
+    every weight and of the input of ``sum(h_L * r)`` (``r`` fixed and random); no
+    embedding, softmax or optimizer. Ours (``stack.RecurrentStack``) against Flax's
+    ``nn.RNN(nn.OptimizedLSTMCell)`` layers and PyTorch's ``nn.LSTM``; the roofline is a
+    layer's input projection."""
+    c = ptb.CONFIGS[name]
+    if c.connectivity != "stacked":
+        raise ValueError(f"{name}: stack workloads are of stacked configs")
+    batch, time, h = c.batch_size, c.num_steps, c.hidden_size
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch, time, c.embed_size), np.float32)
+    r = rng.standard_normal((batch, time, h), np.float32)
+
+    def jax_impl(model: nn.Module, top: Callable[[object], Array]) -> Step:
+        on_device = jax.device_put((x, r))
+        params = jax.jit(model.init)(jax.random.key(c.seed), on_device[0])
+
+        @jax.jit
+        def grads(params, x, r):
+            return jax.grad(lambda p, x: (top(model.apply(p, x)) * r).sum(), (0, 1))(params, x)
+
+        return _jax_loop(lambda: ([], grads(params, *on_device)), [],
+                         lambda _: grads.lower(params, *on_device).compile())
+
+    def torch_impl() -> Step:
+        import torch
+
+        torch.manual_seed(c.seed)
+        dev, sync = torch_device()
+        net = torch.nn.LSTM(c.embed_size, h, c.num_layers, batch_first=True).to(dev)
+        tx = torch.from_numpy(x).to(dev).requires_grad_()
+        tr = torch.from_numpy(r).to(dev)
+
+        def step() -> None:
+            net.zero_grad(set_to_none=True)
+            tx.grad = None
+            (net(tx)[0] * tr).sum().backward()
+            sync()
+
+        return step
+
+    flax_stack = nn.Sequential([nn.RNN(nn.OptimizedLSTMCell(h)) for _ in range(c.num_layers)])
+    ours = stack.RecurrentStack("lstm", (h,) * c.num_layers)
+    rows = batch * time
+    return Workload(
+        name=f"{name} LSTM stack B={batch} T={time}", unit="tok/s", items=rows,
+        flops=flops.TRAIN_FACTOR * sum(flops.lstm_layer(rows, c.embed_size if i == 0 else h, h)
+                                       for i in range(c.num_layers)),
+        gemm_flops=flops.matmul(rows, h, 4 * h),
+        impls={OURS: lambda: jax_impl(ours, lambda out: out[1][-1]),
+               FLAX: lambda: jax_impl(flax_stack, lambda y: y), "torch nn.LSTM": torch_impl,
+               **gemm_impls(rows, h, 4 * h)},
     )
 
 
@@ -298,6 +359,9 @@ WORKLOADS: dict[str, Callable[[], Workload]] = {
     "zaremba_medium": lambda: lm_workload("zaremba_medium"),
     "godin_dense_200x2": lambda: lm_workload("godin_dense_200x2"),
     "godin_dense_200x4": lambda: lm_workload("godin_dense_200x4"),
+    # The recurrent layers alone, as imported (not an LM step: no LM targets).
+    "zaremba_small_stack": lambda: stack_workload("zaremba_small"),
+    "zaremba_medium_stack": lambda: stack_workload("zaremba_medium"),
     # Hidden size 1500: for GPUs (not in FULL: minutes per step on a 2-core CPU).
     "zaremba_large": lambda: lm_workload("zaremba_large"),
     "dc_bilstm": dc_bilstm_workload,
@@ -314,6 +378,7 @@ WORKLOADS: dict[str, Callable[[], Workload]] = {
     "hm_densegru_small": lambda: hm_workload(batch=8, time=32),
 }
 FULL = ("zaremba_small", "zaremba_medium", "godin_dense_200x2", "godin_dense_200x4",
-        "dc_bilstm", "hm_densegru", "eval_zaremba_medium", "eval_godin_dense_200x2",
+        "zaremba_small_stack", "zaremba_medium_stack", "dc_bilstm", "hm_densegru",
+        "eval_zaremba_medium", "eval_godin_dense_200x2",
         "zaremba_small_bf16", "zaremba_medium_bf16", "godin_dense_200x2_bf16")
 QUICK = ("zaremba_small", "dc_bilstm_small", "hm_densegru_small")

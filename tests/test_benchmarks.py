@@ -161,6 +161,20 @@ def test_ours_x_is_the_median_paired_ratio_with_its_range():
     assert rows["ours"]["times_ms"] == pytest.approx([1e3, 2e3, 1e3])
 
 
+def test_a_bare_lstm_stack_runs_its_peers_and_has_no_lm_targets():
+    w = workloads.WORKLOADS["zaremba_small_stack"]()
+    assert not w.lm and workloads.WORKLOADS["zaremba_small"]().lm
+    # forward, d(input) and d(weight) of two layers' input and recurrent products (200 units)
+    assert w.flops == 3 * 2 * (2 * 400 * 200 * 800 * 2) and w.items == 400
+    for name in ("ours", "flax nn.RNN"):
+        w.impls[name]()()  # built, and one step run
+    rows = [{"impl": "ours", "ours_x": 1.0, "gemm_frac": 0.9},
+            {"impl": "flax nn.RNN", "ours_x": 2.0, "gemm_frac": None}]
+    table = run.targets_markdown([{"workload": w.name, "unit": w.unit, "lm": w.lm,
+                                   "rows": rows}], gpu=False)
+    assert table.splitlines()[2] == f"| {w.name} | 2.00 | 90.0% |"  # unmarked
+
+
 def test_without_a_roofline_no_row_has_a_gemm_fraction():
     w = SimpleNamespace(flops=1e9, gemm_flops=1e9, items=100)
     rows = run.summarise(w, {"ours": {"times": [1.0, 2.0], "compile_s": 1.0, "setup_s": 1.0},
