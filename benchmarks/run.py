@@ -614,7 +614,8 @@ def targets_markdown(results: list[dict], gpu: bool, isolated: bool = True) -> s
         cells.append(f"**{frac:.1%}**" if met else _fmt(frac, ".1%"))
         lines.append(f"| {res['workload']} | " + " | ".join(cells) + " |")
     lines.append("\nBold: meets issue #5's target (before rounding). The targets are set for "
-                 "the full suite's workloads; --quick's smaller ones only indicate."
+                 "the full suite's workloads (the LM targets for its LM steps); --quick's smaller "
+                 "ones only indicate."
                  + (" Flax's bfloat16 ratios are not counted: on a CPU its bfloat16 step is "
                     "slower than its float32 one." if not gpu and any(map(_bfloat16, results))
                     else "")

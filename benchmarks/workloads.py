@@ -1,9 +1,10 @@
 """Benchmark workloads: for each, the implementations to time side by side.
 
 An implementation is a builder: called once, it sets up parameters and data and returns a
-``step()`` that runs one training (or evaluation) step to completion. Ours always go
-through the library's own trainer functions (``dense_rnn.train.lm`` / ``.classify``), i.e.
-exactly what the ``experiments`` binaries run.
+``step()`` that runs one training (or evaluation) step to completion. Ours go through the
+library's own trainer functions (``dense_rnn.train.lm`` / ``.classify``), i.e. exactly what
+the ``experiments`` binaries run; the stack workloads call the layers as a user who imports
+them does.
 """
 
 from __future__ import annotations

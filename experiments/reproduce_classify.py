@@ -17,7 +17,8 @@ sweep over ``LR_SWEEP`` and the other seeds train at the rate it chose. Each run
 ``experiments/results/{dc_bilstm,hm_densernn}/runs/``); the report reads either tree. The
 report (Markdown, also written to ``ROOT/SUITE.md`` after running) pools the runs of each
 (config, dataset) into mean ± sample std beside the accuracy the suite's paper table gives;
-``--plot=PNG`` draws their dev/test curves.
+``--plot=PNG`` draws their dev/test curves. ``--phrases`` trains the DC suites' SST rows on
+every labelled phrase of the training trees (``sst1_phrases``, ``sst2_phrases``).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from experiments import runner
 GLOVE = os.path.join(DEFAULT_DATA_DIR, "glove", "glove.6B.50d.txt.gz")
 CV_DATASETS = {"mr": 10, "subj": 10}
 PHRASE_LEVEL = ("sst1", "sst2")  # the datasets --phrases trains on every labelled phrase
+PHRASE_SUITES = ("dc_table1", "dc_table3", "dc_table4", "dc_table5")  # which take --phrases
 HM_MODELS = tuple(hm_densernn.TABLE2)
 # Suite -> the paper table its targets come from (Ding et al. 1-5, Zhao et al. 2-3), and its
 # jobs (built from the flags).
@@ -98,9 +100,13 @@ class Job:
     lr_from: str | None = None
 
 
+def phrase_level(dataset: str) -> str:
+    """``dataset`` as the runs train on it: with ``--phrases``, SST on every phrase."""
+    return f"{dataset}_phrases" if FLAGS.phrases and dataset in PHRASE_LEVEL else dataset
+
+
 def _dc_jobs(configs: list[str], datasets: list[str]) -> list[Job]:
-    if FLAGS.phrases:
-        datasets = [f"{ds}_phrases" if ds in PHRASE_LEVEL else ds for ds in datasets]
+    datasets = [phrase_level(ds) for ds in datasets]
     jobs = []
     for ds in datasets:
         for config in configs:
@@ -159,8 +165,12 @@ def suite_jobs(suite: str) -> list[Job]:
     """The jobs of ``suite``, restricted to ``--datasets`` and ``--configs``."""
     if suite not in SUITES:
         raise UserError(f"unknown --suite={suite}; known suites: {', '.join(SUITES)}")
+    if FLAGS.phrases and suite not in PHRASE_SUITES:
+        raise UserError(f"--phrases: --suite={suite} has no sentence-level SST rows to train "
+                        f"on phrases; it applies to {', '.join(PHRASE_SUITES)}")
     jobs = SUITES[suite][1]()
-    for name, keep in (("dataset", FLAGS.datasets), ("config", FLAGS.configs)):
+    datasets = FLAGS.datasets and [phrase_level(d) for d in FLAGS.datasets]
+    for name, keep in (("dataset", datasets), ("config", FLAGS.configs)):
         valid = list(dict.fromkeys(_arg(j, name) for j in jobs))
         unknown = [k for k in keep or () if k not in valid]
         if unknown:
@@ -322,7 +332,8 @@ def run() -> None:
                       ("", "lr_*", "fold_*", "lr_*/fold_*"))
     table = report(jobs, SUITES[FLAGS.suite][0])
     if not FLAGS.report_only:
-        with open(os.path.join(FLAGS.root, f"{FLAGS.suite}.md"), "w") as f:
+        name = FLAGS.suite + ("_phrases" if FLAGS.phrases else "")
+        with open(os.path.join(FLAGS.root, f"{name}.md"), "w") as f:
             f.write(table)
     if FLAGS.plot:
         plot(jobs, FLAGS.plot)

@@ -91,10 +91,13 @@ def test_phrases_trains_the_dc_suites_sst_rows_on_every_phrase(parsed):
     assert not any(n.endswith(("_sst1_s0", "_sst2_s0")) for n in names)
     assert {rc._arg(j, "dataset") for j in rc.suite_jobs("dc_table1")} == {
         "mr", "sst1_phrases", "sst2_phrases", "subj", "trec"}
-    parsed(["prog", "--phrases", "--seeds=0,1,2", "--datasets=sst2_phrases",
-            "--configs=dc_bilstm_t3_dl20_dh10"])
-    assert [j.name for j in rc.suite_jobs("dc_table3")] == [
-        f"dc_bilstm_t3_dl20_dh10_sst2_phrases_s{s}" for s in range(3)]
+    for named in ("sst2", "sst2_phrases"):  # --datasets by either name
+        parsed(["prog", "--phrases", "--seeds=0,1,2", f"--datasets={named}",
+                "--configs=dc_bilstm_t3_dl20_dh10"])
+        assert [j.name for j in rc.suite_jobs("dc_table3")] == [
+            f"dc_bilstm_t3_dl20_dh10_sst2_phrases_s{s}" for s in range(3)]
+    with pytest.raises(UserError, match="--phrases: --suite=hm_table2 has no sentence-level"):
+        rc.suite_jobs("hm_table2")
 
 
 def test_every_suite_config_exists_and_table_aliases(parsed):
