@@ -9,7 +9,6 @@ import os
 import re
 import signal
 import sys
-import threading
 from collections.abc import Callable, Iterator
 
 from absl import app, flags, logging
@@ -25,14 +24,16 @@ from dense_rnn.platform import (
 # before exit (``Checkpointer`` closes on the way out).
 RESUME_HINT = "run the same command again to resume training"
 STOPPING = "stopping after this step, with a checkpoint (Ctrl-C again: at once)"
+TERMINATING = "SIGTERM: stopping after this step, with a checkpoint (Ctrl-C: at once)"
 INTERRUPTED_HINT = "the same command resumes a training run from its last checkpoint"
 
 
 @contextlib.contextmanager
 def stop_on_signals() -> Iterator[Callable[[], bool]]:
     """Turns Ctrl-C (SIGINT) and SIGTERM into a request to stop, for a training loop's
-    ``should_stop``: the loop checkpoints the step it is on and raises ``Interrupted``. The
-    signal itself only sets a flag, so it cannot be lost in a callback that swallows
+    ``should_stop``: the loop checkpoints the step it is on and raises ``Interrupted``, which
+    leaves with the signal's number (the binary exits with 128 + it). The signal itself
+    only sets a flag, so it cannot be lost in a callback that swallows
     exceptions. A second Ctrl-C interrupts at once. In a run of several processes (a TPU
     pod, ``--multihost``) the signals keep the handlers they had (a binary's: exit at
     once, a save in flight lost, none damaged): the processes would have to agree on the
@@ -42,17 +43,21 @@ def stop_on_signals() -> Iterator[Callable[[], bool]]:
     if jax.process_count() > 1:
         yield lambda: False
         return
-    requested = threading.Event()
+    received: list[int] = []
 
     def request(signum: int, frame: object) -> None:
-        if not requested.is_set():
-            print(STOPPING, file=sys.stderr, flush=True)
-        requested.set()
+        if not received:
+            print(TERMINATING if signum == signal.SIGTERM else STOPPING, file=sys.stderr,
+                  flush=True)
+        received.append(signum)
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
     previous = {s: signal.signal(s, request) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield requested.is_set
+        yield lambda: bool(received)
+    except Interrupted as e:
+        e.signum = received[0] if received else signal.SIGINT
+        raise
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
@@ -75,7 +80,8 @@ def run_binary(run: Callable[[], None]) -> None:
     (``platform.GPU_XLA_FLAGS``), fast malloc, the persistent compilation cache,
     parsed flags, bad input reported as one ``error: ...`` line on stderr with exit
     status 2, and an interrupted run as one line saying how to resume, exit status 130
-    (``stop_on_signals`` makes a training loop checkpoint first)."""
+    (143 for a training loop stopped by SIGTERM; ``stop_on_signals`` makes it checkpoint
+    first)."""
     signal.signal(signal.SIGINT, _exit_at_once)
     default_xla_flags()
     reexec_with_fast_malloc()
@@ -123,16 +129,18 @@ def run_script(main: Callable[[], object]) -> None:
 def _one_line_errors(fn: Callable[..., object], *args: object,
                      interrupted: str = "interrupted") -> None:
     """Calls ``fn(*args)``; a ``UserError`` becomes one ``error: ...`` line, exit status 2,
-    and a stop on request (``Interrupted``) or Ctrl-C the line ``interrupted ...``, exit
-    status 130 (128 + SIGINT)."""
+    a stop on request (``Interrupted``) the line ``interrupted: ...`` (``terminated: ...``
+    for SIGTERM), exit status 128 + the signal's number, and Ctrl-C the line
+    ``interrupted ...``, exit status 130 (128 + SIGINT)."""
     try:
         fn(*args)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     except Interrupted as e:
-        print(f"interrupted: {e}; {RESUME_HINT} from there", file=sys.stderr)
-        sys.exit(130)
+        word = "terminated" if e.signum == signal.SIGTERM else "interrupted"
+        print(f"{word}: {e}; {RESUME_HINT} from there", file=sys.stderr)
+        sys.exit(128 + e.signum)
     except KeyboardInterrupt:
         print(interrupted, file=sys.stderr)
         sys.exit(130)

@@ -66,6 +66,7 @@ class GatedHORNN(nn.Module):
         ``w_hh``, and of ``b`` (None: ``pytorch_uniform(features)``, as Zhao et al.'s
         framework).
       param_dtype: the parameters' dtype.
+      unroll: ``lax.scan`` unroll factor.
     """
 
     features: int
@@ -74,6 +75,7 @@ class GatedHORNN(nn.Module):
     recurrent_init: Initializer | None = None
     bias_init: Initializer | None = None
     param_dtype: DTypeLike = jnp.float32
+    unroll: int = 1
 
     def zero_carry(self, batch: int, dtype: DTypeLike | None = None) -> tuple[Array, ...]:
         """The zero carry ``(h_{t-N}, ..., h_{t-1})`` of ``batch`` sequences, in ``dtype``
@@ -102,4 +104,4 @@ class GatedHORNN(nn.Module):
         }
         xw = cells.project(params, x)
         carry = initial_carry("GatedHORNN", cell, carry, x.shape[0], h, xw.dtype)
-        return scan_cell(cell, params, xw, carry, lengths)
+        return scan_cell(cell, params, xw, carry, lengths, unroll=self.unroll)

@@ -161,8 +161,8 @@ def run_all(root: str, names: Sequence[str],
     """Runs ``start(name)`` (``launch``: None for a run already finished) for every run,
     ``parallel`` at a time; a run named in ``after`` waits until that run has finished, and
     is skipped if it failed (also when it kept an earlier command's results). Returns the runs
-    that failed or were skipped, each with why. SIGINT or SIGTERM stops the runs going and
-    raises ``KeyboardInterrupt`` once they have exited (``_stop``)."""
+    that failed or were skipped, each with why. SIGINT or SIGTERM stops the runs going and,
+    once they have exited, raises ``KeyboardInterrupt`` or exits with status 143 (``_stop``)."""
     after = after or {}
     os.makedirs(root, exist_ok=True)
     pending = list(dict.fromkeys(names))  # a run named twice would train one workdir twice
@@ -228,13 +228,14 @@ def _signals_received() -> Iterator[list[int]]:
 def _stop(root: str, running: dict[str, tuple[subprocess.Popen, int]],
           received: list[int]) -> NoReturn:
     """Passes SIGTERM on to the runs going, which the binaries take as a first Ctrl-C (they
-    stop with a checkpoint), waits for them and raises ``KeyboardInterrupt``. A signal
+    stop with a checkpoint), waits for them and raises ``KeyboardInterrupt`` (for SIGINT) or
+    exits with status 143 (128 + SIGTERM), as the binaries do. A signal
     received while waiting passes SIGINT on: to a binary asked to stop, a second Ctrl-C, which
     stops it at once. (Not SIGINT first: a Ctrl-C at the terminal has reached the runs too,
     and another SIGINT would be their second.)"""
     if running:
         _log(f"{signal.Signals(received[0]).name}: stopping {', '.join(running)}, each with a "
-             "checkpoint (Ctrl-C again: at once)")
+             "checkpoint (a second signal: at once)")
     passed = 0  # the signals received that have been passed on
     while running:
         if passed < len(received):
@@ -246,6 +247,8 @@ def _stop(root: str, running: dict[str, tuple[subprocess.Popen, int]],
             if proc.poll() is not None:
                 del running[name]
                 _ended(root, name, proc.returncode, log_from, "stopped")
+    if received[0] == signal.SIGTERM:
+        sys.exit(128 + signal.SIGTERM)
     raise KeyboardInterrupt
 
 

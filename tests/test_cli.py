@@ -20,10 +20,29 @@ def test_a_signal_asks_to_stop_and_a_second_ctrl_c_interrupts_at_once(capsys):
         assert not should_stop()
         os.kill(os.getpid(), signal.SIGTERM)
         assert should_stop()
-        assert capsys.readouterr().err == cli.STOPPING + "\n"
+        assert capsys.readouterr().err == cli.TERMINATING + "\n"
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+@pytest.mark.parametrize("sig, line, status", [
+    (signal.SIGINT, "interrupted", 130), (signal.SIGTERM, "terminated", 143)],
+    ids=lambda v: getattr(v, "name", None))
+def test_a_loop_stopped_by_a_signal_exits_with_its_status(capsys, sig, line, status):
+    """The stop the loop raises leaves ``stop_on_signals`` with the signal that asked for
+    it: SIGTERM's exit status is 143 and its line says so."""
+    def train():
+        with cli.stop_on_signals() as should_stop:
+            os.kill(os.getpid(), sig)
+            assert should_stop()
+            raise Interrupted(7)
+
+    with pytest.raises(SystemExit) as e:
+        cli._one_line_errors(train)
+    assert e.value.code == status
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"{line}: stopped at step 7, checkpoint saved; {cli.RESUME_HINT} from there")
 
 
 @pytest.mark.parametrize("error, status, line", [

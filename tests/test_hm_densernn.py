@@ -91,10 +91,10 @@ def _hornn_reference(p, xs, order):
     return np.array(out)
 
 
-@pytest.mark.parametrize("order", [1, 2, 3])
-def test_gated_hornn_matches_reference(order):
+@pytest.mark.parametrize("order, unroll", [(1, 1), (2, 1), (3, 1), (2, 4)])
+def test_gated_hornn_matches_reference(order, unroll):
     x = jax.random.normal(jax.random.key(2), (B, T, D))
-    layer = GatedHORNN(H, order)
+    layer = GatedHORNN(H, order, unroll=unroll)
     params = layer.init(jax.random.key(3), x)["params"]
     carry, ys = layer.apply({"params": params}, x, lengths=jnp.asarray(LENGTHS))
     p64 = jax.tree.map(lambda a: np.asarray(a, np.float64), params)

@@ -246,9 +246,14 @@ def test_killed_run_resumes_exactly(corpus_dir, tmp_path):
     assert read_records(tmp_path / "killed") == read_records(tmp_path / "clean")
 
 
-def test_ctrl_c_checkpoints_the_step_and_says_how_to_resume(corpus_dir, tmp_path):
-    """SIGINT (Ctrl-C) mid-run: the run saves the step it is on, says so in one line (after
-    the line that acknowledges the request), exits with 130, and resumes from that step."""
+@pytest.mark.parametrize("sig, said, status", [
+    (signal.SIGINT, "interrupted", 130), (signal.SIGTERM, "terminated", 143)],
+    ids=lambda v: getattr(v, "name", None))
+def test_ctrl_c_checkpoints_the_step_and_says_how_to_resume(corpus_dir, tmp_path, sig, said,
+                                                            status):
+    """SIGINT (Ctrl-C) or SIGTERM (a preempted machine) mid-run: the run saves the step it
+    is on, says so in one line (after the line that acknowledges the request), exits with
+    128 + the signal's number, and resumes from that step."""
     args = [f"--workdir={tmp_path}", f"--data_dir={corpus_dir}", "--config=tiny",
             "--vocab_size=60", "--max_epochs=1", "--checkpoint_every_steps=5",
             "--log_every_steps=1000"]
@@ -260,13 +265,13 @@ def test_ctrl_c_checkpoints_the_step_and_says_how_to_resume(corpus_dir, tmp_path
         ckpts.exists() and any(p.name.isdigit() and int(p.name) >= 10 for p in ckpts.iterdir())
     ):
         time.sleep(0.01)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130, stderr
+    assert proc.returncode == status, stderr
     acknowledged, last = stderr.strip().splitlines()
-    assert acknowledged == cli.STOPPING
-    step = int(last.removeprefix("interrupted: stopped at step ").split(",")[0])
-    assert last == (f"interrupted: stopped at step {step}, checkpoint saved; "
+    assert acknowledged == (cli.STOPPING if sig == signal.SIGINT else cli.TERMINATING)
+    step = int(last.removeprefix(f"{said}: stopped at step ").split(",")[0])
+    assert last == (f"{said}: stopped at step {step}, checkpoint saved; "
                     f"{cli.RESUME_HINT} from there")
     assert str(step) in {p.name for p in ckpts.iterdir()}
     assert all(p.name.isdigit() for p in ckpts.iterdir())  # no orbax temporary left

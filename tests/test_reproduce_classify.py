@@ -478,8 +478,9 @@ def stop(signum, frame):
     signal.signal(signal.SIGINT, signal.default_int_handler)
     if "--stuck" not in sys.argv:
         time.sleep(0.3)
-        print("interrupted: stopped at step 3, checkpoint saved", flush=True)
-        sys.exit(130)
+        word = "terminated" if signum == signal.SIGTERM else "interrupted"
+        print(f"{word}: stopped at step 3, checkpoint saved", flush=True)
+        sys.exit(128 + signum)
 
 signal.signal(signal.SIGINT, stop)
 signal.signal(signal.SIGTERM, stop)
@@ -535,11 +536,14 @@ def interrupted_driver(tmp_path, signals, *args):
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
 def test_an_interrupted_driver_stops_its_runs_and_waits_for_them(tmp_path, sig):
+    """The driver passes SIGTERM on (the runs exit 143) and exits as the signal it got
+    asks: 130 and ``interrupted`` for Ctrl-C, 143 for SIGTERM."""
     returncode, out, err = interrupted_driver(tmp_path, [sig])
-    assert returncode == 130 and err.strip() == "interrupted", err
+    assert (returncode, err.strip()) == ((130, "interrupted") if sig == signal.SIGINT
+                                         else (143, "")), err
     assert f"{sig.name}: stopping a, b, each with a checkpoint" in out
     for name in ("a", "b"):
-        assert (f"stopped {name} (exit 130: interrupted: stopped at step 3, checkpoint saved; "
+        assert (f"stopped {name} (exit 143: terminated: stopped at step 3, checkpoint saved; "
                 f"its log: {tmp_path}/root/{name}/train.log)") in out
 
 
