@@ -32,8 +32,11 @@ Carry = Any
 
 
 def project(params: Params, x: Array) -> Array:
-    """Input projection of every gate, ``x @ w_ih + b``, for any leading shape."""
-    return precision.linear(x, params["w_ih"]) + params["b"]
+    """Input projection of every gate, ``x @ w_ih + b``, for any leading shape, in the
+    dtype of ``x`` and ``w_ih`` promoted (an integer ``x`` in ``w_ih``'s), as ``nn.Dense``."""
+    w = params["w_ih"]
+    dtype = jnp.promote_types(x.dtype, w.dtype)
+    return precision.linear(x.astype(dtype), w.astype(dtype)) + params["b"]
 
 
 def recurrent_product(h: Array, w_hh: Array) -> Array:

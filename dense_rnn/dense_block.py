@@ -149,8 +149,8 @@ def _scan(
     blocks = -(-time // k)
     pad = blocks * k - time
     mask = jnp.ones((batch, time), bool) if lengths is None else length_mask(lengths, time)
-    xs = (jnp.pad(xw, ((0, 0), (0, pad), (0, 0))).reshape(batch, blocks, k, -1).transpose(
-              1, 2, 0, 3),
+    xw = jnp.pad(xw, ((0, 0), (0, pad), (0, 0))).reshape(batch, blocks, k, xw.shape[-1])
+    xs = (xw.transpose(1, 2, 0, 3),
           jnp.pad(mask, ((0, 0), (0, pad))).reshape(batch, blocks, k).transpose(1, 2, 0))
     ws = [tuple(jnp.split(w, _cuts(cell, n_hidden), axis=-1)) for w in w_hh]
 

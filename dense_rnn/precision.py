@@ -30,9 +30,11 @@ def compute_dtype(name: str) -> Any:
 
 
 def cast_floating(tree: Any, dtype: Any) -> Any:
-    """``tree`` with its floating-point leaves cast to ``dtype`` (others untouched)."""
+    """``tree`` with its floating-point leaves cast to ``dtype`` (others untouched; a Python
+    float becomes an array)."""
     return jax.tree.map(
-        lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
+        lambda x: jnp.asarray(x, dtype)
+        if jnp.issubdtype(jnp.result_type(x), jnp.floating) else x, tree)
 
 
 def _accumulator(a: jax.Array) -> jnp.dtype:

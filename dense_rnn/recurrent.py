@@ -89,10 +89,16 @@ def check_sizes(layer: str, **sizes: int) -> None:
 
 def lengths_hint(carry: Any, place: str = "the carry") -> str:
     """A note for an error about ``carry`` when it looks like sequence lengths (a 1-D integer
-    array), given positionally in ``place``; else ``""``."""
+    array, or a list or tuple of Python integers), given positionally in ``place``; else
+    ``""``."""
+    def integer(a: Any, ndim: int) -> bool:  # an integer array (or int) of rank ``ndim``
+        return (isinstance(a, int) or hasattr(a, "dtype")) and jnp.ndim(a) == ndim and \
+            jnp.issubdtype(jnp.result_type(a), jnp.integer)
+
     leaves = jax.tree.leaves(carry)
-    if len(leaves) == 1 and jnp.ndim(leaves[0]) == 1 and jnp.issubdtype(
-            jnp.result_type(leaves[0]), jnp.integer):
+    if (len(leaves) == 1 and integer(leaves[0], 1)) or (
+            isinstance(carry, (list, tuple)) and carry
+            and all(integer(v, 0) for v in carry)):
         return f"; sequence lengths go in lengths=, after {place}"
     return ""
 
@@ -119,11 +125,12 @@ def initial_carry(layer: str, spec: cells.Cell, carry: cells.Carry | None, batch
     zero = spec.zero_carry((batch,), features, dtype)
     if carry is None:
         return zero
+    given = carry
     carry = jax.tree.map(jnp.asarray, tuple(carry) if isinstance(carry, list) else carry)
     shapes, expected = jax.tree.map(jnp.shape, carry), jax.tree.map(jnp.shape, zero)
     if jax.tree.structure(carry) != jax.tree.structure(zero) or shapes != expected:
         raise ValueError(f"{layer}: carry must be shaped like zero_carry({batch}), {expected}; "
-                         f"got {shapes}{lengths_hint(carry)}")
+                         f"got {shapes}{lengths_hint(given)}")
     common = jnp.result_type(dtype, *jax.tree.leaves(carry))
     return jax.tree.map(lambda c: c.astype(common), carry)
 
@@ -520,7 +527,7 @@ class Bidirectional(nn.Module):
         spec = cells.get_cell(self.cell)
         xw = cells.project(jax.tree.map(lambda a, b: jnp.concatenate([a, b], -1), pf, pb), x)
         xf, xb = jnp.split(xw, 2, axis=-1)
-        if carry is not None and not _per_direction(carry):
+        if carry is not None and (not _per_direction(carry) or lengths_hint(carry)):
             raise ValueError("Bidirectional: carry must be a (forward, backward) pair of "
                              "carries (for a GRU or RNN also one (2, batch, features) array), "
                              f"or None for zeros{lengths_hint(carry)}")

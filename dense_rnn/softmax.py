@@ -81,9 +81,19 @@ def softmax_cross_entropy(x: Array, kernel: Array, bias: Array, targets: Array) 
     return _fwd(x, kernel, bias, targets)[0]
 
 
+def _check_targets(x: Array, targets: Array) -> None:
+    """A one-line ``ValueError`` unless ``targets`` are integer ids shaped ``x.shape[:-1]``
+    (time-major targets against batch-major features would otherwise pair wrong rows)."""
+    if targets.shape != x.shape[:-1] or not jnp.issubdtype(targets.dtype, jnp.integer):
+        raise ValueError(f"softmax_cross_entropy: targets must be integer ids of shape "
+                         f"{x.shape[:-1]} (x's leading shape), got {targets.dtype} "
+                         f"{targets.shape}")
+
+
 def _fwd(
     x: Array, kernel: Array, bias: Array, targets: Array
 ) -> tuple[Array, tuple[Array, Array, Array, Array, Array, Array]]:
+    _check_targets(x, targets)
     x2 = x.reshape(-1, x.shape[-1])
     nll, e, inv_total = _nll(precision.matmul(x2, kernel), bias, targets.reshape(-1))
     return nll.reshape(targets.shape), (x2, kernel, e, inv_total, targets, bias)

@@ -71,6 +71,14 @@ def test_unknown_dtype():
         precision.compute_dtype("float8")
 
 
+def test_cast_floating_casts_floating_leaves_only():
+    tree = {"w": jnp.ones(2), "scale": 0.5, "ids": jnp.arange(2), "n": 3, "mask": jnp.ones(2, bool)}
+    cast = precision.cast_floating(tree, jnp.bfloat16)
+    assert cast["w"].dtype == cast["scale"].dtype == jnp.bfloat16
+    assert cast["ids"].dtype == tree["ids"].dtype and cast["n"] == 3
+    assert cast["mask"].dtype == jnp.bool_
+
+
 @pytest.mark.parametrize("name", ["dc_bilstm", "hm_denselstm_64"])
 def test_bfloat16_classifier_step(name):
     config, _ = classify.get_config(name)

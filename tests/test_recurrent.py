@@ -188,15 +188,25 @@ def _layers():
 
 
 @pytest.mark.parametrize("layer", _layers(), ids=lambda m: f"{type(m).__name__}")
-def test_bfloat16_inputs_with_float32_parameters_promote(layer):
-    """As ``nn.Dense`` with ``dtype=None``: bfloat16 inputs and float32 parameters compute
-    in float32 (the projection of the bfloat16 inputs is rounded to bfloat16)."""
+def test_bfloat16_and_integer_inputs_with_float32_parameters_promote(layer):
+    """As ``nn.Dense`` with ``dtype=None``: bfloat16 or integer inputs and float32
+    parameters compute in float32, the input projection included, so exactly as the same
+    inputs given in float32; an integer input's kernel gradient is not lost to rounding."""
     x = jax.random.normal(jax.random.key(0), (2, 5, 3)).astype(jnp.bfloat16)
     variables = layer.init(jax.random.key(1), x)
     _, y = layer.apply(variables, x)
     _, y32 = layer.apply(variables, x.astype(jnp.float32))
     assert y.dtype == jnp.float32
-    np.testing.assert_allclose(y, y32, atol=2e-2)
+    np.testing.assert_array_equal(y, y32)
+    xi = jax.random.randint(jax.random.key(2), (2, 5, 3), -3, 4)
+
+    def loss(v, x):
+        return layer.apply(v, x)[1].sum()
+
+    np.testing.assert_array_equal(layer.apply(variables, xi)[1],
+                                  layer.apply(variables, xi.astype(jnp.float32))[1])
+    gi, gf = jax.grad(loss)(variables, xi), jax.grad(loss)(variables, xi.astype(jnp.float32))
+    jax.tree.map(np.testing.assert_array_equal, gi, gf)
 
 
 def test_bfloat16_parameters_with_the_default_orthogonal_init():
@@ -304,6 +314,9 @@ def test_malformed_layer_settings_are_one_line_errors():
         with pytest.raises(ValueError, match="; sequence lengths go in lengths=, after the "
                            "carry"):
             jax.eval_shape(module.init, jax.random.key(0), x, jnp.array([8, 3]))
+        with pytest.raises(ValueError, match="; sequence lengths go in lengths=, after the "
+                           "carry"):  # as a tuple of Python integers
+            jax.eval_shape(module.init, jax.random.key(0), x, (8, 3))
 
 
 def test_gradients_come_back_in_their_parameters_dtype():
@@ -458,6 +471,19 @@ def test_a_stack_dropout_rate_outside_0_1_is_one_line():
 def test_a_layer_of_size_zero_is_one_line(layer, message):
     with pytest.raises(ValueError, match=message + "; sizes must be at least 1"):
         layer.init(jax.random.key(0), jnp.ones((2, 3, 3)))
+
+
+@pytest.mark.parametrize("layer", [*_layers(), HMDenseStack("gru", 4, (2, 2))],
+                         ids=lambda m: type(m).__name__)
+def test_an_empty_batch_gives_empty_outputs(layer):
+    x = jnp.ones((0, 6, 3))
+    variables = layer.init(jax.random.key(0), x)
+    _, y = layer.apply(variables, x)
+    y = y[0] if isinstance(y, list) else y  # the HM stack: every layer's outputs
+    assert y.shape[:2] == (0, 6)
+    grads = jax.grad(lambda v: layer.apply(v, x)[1][0].sum() if isinstance(
+        layer, HMDenseStack) else layer.apply(v, x)[1].sum())(variables)
+    assert all(not np.asarray(g).any() for g in jax.tree.leaves(grads))
 
 
 @pytest.mark.parametrize("model, message", [

@@ -2,6 +2,8 @@
 gradient against a float64 NumPy reference of the same equation, and against JAX's
 autodiff of ``optax.softmax_cross_entropy_with_integer_labels`` in float32."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -125,3 +127,18 @@ def test_each_gradient_comes_back_in_its_operands_dtype():
     grads = jax.grad(lambda w, b: softmax.softmax_cross_entropy(x, w, b, y).sum(),
                      argnums=(0, 1))(w.astype(jnp.bfloat16), b)
     assert [g.dtype for g in grads] == [jnp.bfloat16, jnp.float32]
+
+
+@pytest.mark.parametrize("targets", [np.zeros((3, 2), np.int32), np.zeros(6, np.int32),
+                                     np.zeros((2, 3), np.float32)],
+                         ids=["time-major", "flat", "float"])
+def test_targets_of_another_shape_or_dtype_are_one_line(targets):
+    """Only the element count would otherwise have to match: time-major targets against
+    batch-major features would pair the wrong rows silently."""
+    x, kernel, bias = jnp.ones((2, 3, 4)), jnp.ones((4, 5)), jnp.zeros(5)
+    message = ("softmax_cross_entropy: targets must be integer ids of shape (2, 3) (x's "
+               f"leading shape), got {targets.dtype} {targets.shape}")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        softmax.softmax_cross_entropy(x, kernel, bias, jnp.asarray(targets))
+    with pytest.raises(ValueError, match=re.escape(message)):
+        softmax.SoftmaxOutput(5).init(jax.random.key(0), x, jnp.asarray(targets))
