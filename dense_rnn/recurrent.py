@@ -527,10 +527,11 @@ class Bidirectional(nn.Module):
         spec = cells.get_cell(self.cell)
         xw = cells.project(jax.tree.map(lambda a, b: jnp.concatenate([a, b], -1), pf, pb), x)
         xf, xb = jnp.split(xw, 2, axis=-1)
-        if carry is not None and (not _per_direction(carry) or lengths_hint(carry)):
+        hint = "" if carry is None else lengths_hint(carry)
+        if carry is not None and (hint or not _per_direction(carry)):
             raise ValueError("Bidirectional: carry must be a (forward, backward) pair of "
                              "carries (for a GRU or RNN also one (2, batch, features) array), "
-                             f"or None for zeros{lengths_hint(carry)}")
+                             f"or None for zeros{hint}")
         carry = tuple(initial_carry("Bidirectional (each direction)", spec, c, x.shape[0],
                                     self.features, xw.dtype)
                       for c in ((None, None) if carry is None else carry))
