@@ -4,7 +4,7 @@
   and ``optax.softmax_cross_entropy_with_integer_labels``.
 * ``torch_lm``: the same LMs from PyTorch's ``nn.LSTM`` (cuDNN's LSTM on a GPU).
 * ``FlaxLSTMLM(..., lstm=rnn.lstm)``: the same LMs on ``jax.experimental.rnn.lstm``, JAX's
-  cuDNN LSTM (GPU only).
+  cuDNN LSTM (GPU only); ``CudnnLSTMStack``: a stack of LSTM layers alone, in one such call.
 * ``FlaxDCBiLSTM`` (``flax_dc_bilstm_port``) / ``torch_dc_bilstm``: the DC-Bi-LSTM from
   ``nn.Bidirectional(nn.RNN(nn.OptimizedLSTMCell))`` layers / from PyTorch's bidirectional
   ``nn.LSTM`` over packed sequences.
@@ -88,6 +88,26 @@ class FlaxLSTMLM(nn.Module):
             logits = optax.softmax_cross_entropy_with_integer_labels(
                 logits.astype(jnp.float32), targets)
         return logits, jax.tree.map(lambda n, g: n.astype(g.dtype), tuple(new_carries), given)
+
+
+class CudnnLSTMStack(nn.Module):
+    """``num_layers`` LSTM layers over ``(batch, time, d)`` inputs in one ``lstm`` call
+    (signature of ``jax.experimental.rnn.lstm``, JAX's cuDNN LSTM), from zero carries and
+    without dropout; returns the top layer's outputs. The stack workloads' GPU peer."""
+
+    hidden_size: int
+    num_layers: int
+    init_scale: float = 0.05
+    lstm: Callable = rnn.lstm
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        args = (x.shape[-1], self.hidden_size, self.num_layers)
+        w = self.param("lstm", uniform_init(self.init_scale),
+                       (rnn.get_num_params_in_lstm(*args, False),))
+        zeros = jnp.zeros((self.num_layers, x.shape[0], self.hidden_size), x.dtype)
+        lengths = jnp.full(x.shape[:1], x.shape[1], jnp.int32)
+        return self.lstm(x, zeros, zeros, w, lengths, *args, 0.0, False)[0]
 
 
 def cudnn_calls(num_layers: int, per_layer: bool, dropout_rate: float) -> list[list[int]]:

@@ -207,8 +207,9 @@ def stack_workload(name: str) -> Workload:
     its training ``(batch, num_steps)``, no dropout, the forward pass and the gradients of
     every weight and of the input of ``sum(h_L * r)`` (``r`` fixed and random); no
     embedding, softmax or optimizer. Ours (``stack.RecurrentStack``) against Flax's
-    ``nn.RNN(nn.OptimizedLSTMCell)`` layers and PyTorch's ``nn.LSTM``; the roofline is a
-    layer's input projection."""
+    ``nn.RNN(nn.OptimizedLSTMCell)`` layers and PyTorch's ``nn.LSTM`` (on a GPU also JAX's
+    cuDNN ``rnn.lstm``, every layer in one call); the roofline is a layer's input
+    projection."""
     c = ptb.CONFIGS[name]
     if c.connectivity != "stacked":
         raise ValueError(f"{name}: stack workloads are of stacked configs")
@@ -247,6 +248,10 @@ def stack_workload(name: str) -> Workload:
 
     flax_stack = nn.Sequential([nn.RNN(nn.OptimizedLSTMCell(h)) for _ in range(c.num_layers)])
     ours = stack.RecurrentStack("lstm", (h,) * c.num_layers)
+    gpu_peers = {}
+    if jax.default_backend() == "gpu":
+        gpu_peers["jax cuDNN rnn.lstm"] = lambda: jax_impl(
+            peers.CudnnLSTMStack(h, c.num_layers, c.init_scale), lambda y: y)
     rows = batch * time
     return Workload(
         name=f"{name} LSTM stack B={batch} T={time}", unit="tok/s", items=rows,
@@ -255,7 +260,7 @@ def stack_workload(name: str) -> Workload:
         gemm_flops=flops.matmul(rows, h, 4 * h),
         impls={OURS: lambda: jax_impl(ours, lambda out: out[1][-1]),
                FLAX: lambda: jax_impl(flax_stack, lambda y: y), "torch nn.LSTM": torch_impl,
-               **gemm_impls(rows, h, 4 * h)},
+               **gpu_peers, **gemm_impls(rows, h, 4 * h)},
     )
 
 

@@ -20,7 +20,7 @@ import pytest
 from jax.experimental import rnn
 
 from benchmarks import ab, binary, flops, peers, profile, run, workloads
-from dense_rnn import precision
+from dense_rnn import precision, stack
 from dense_rnn.configs import ptb
 from dense_rnn.errors import UserError
 from dense_rnn.train import classify, lm
@@ -597,16 +597,36 @@ def _cudnn_layout(ours: dict, c: ptb.LMConfig) -> dict:
     for n, layers in enumerate(peers.cudnn_calls(c.num_layers, dense, c.dropout_rate)):
         first = layers[0]
         inputs = c.embed_size + first * c.hidden_size if dense or first == 0 else c.hidden_size
-        args = (inputs, c.hidden_size, len(layers))
-        size = rnn.get_num_params_in_lstm(*args, False)
-        where = rnn.unpack_lstm_weights(jnp.arange(size, dtype=jnp.float32), *args, False)
-        flat = np.zeros(size, np.float32)
-        for k, i in enumerate(layers):
-            p = ours["rnn"][f"layer_{i}"]
-            for pos, value in zip(where, (p["w_ih"].T, p["w_hh"].T, p["b"], 0.0), strict=True):
-                flat[np.asarray(pos[k], int)] = value
-        params[f"lstm_{n}"] = jnp.asarray(flat)
+        params[f"lstm_{n}"] = _cudnn_vector([ours["rnn"][f"layer_{i}"] for i in layers],
+                                            inputs, c.hidden_size)
     return params
+
+
+def _cudnn_vector(layers: list[dict], inputs: int, hidden: int) -> jax.Array:
+    """Our LSTM layers' weights as one ``rnn.lstm`` call's flat vector."""
+    args = (inputs, hidden, len(layers))
+    size = rnn.get_num_params_in_lstm(*args, False)
+    where = rnn.unpack_lstm_weights(jnp.arange(size, dtype=jnp.float32), *args, False)
+    flat = np.zeros(size, np.float32)
+    for k, p in enumerate(layers):
+        for pos, value in zip(where, (p["w_ih"].T, p["w_hh"].T, p["b"], 0.0), strict=True):
+            flat[np.asarray(pos[k], int)] = value
+    return jnp.asarray(flat)
+
+
+def test_cudnn_stack_peer_computes_our_stack():
+    """The stack workloads' GPU peer, on JAX's reference of cuDNN's LSTM and given our
+    weights, returns our stack's top outputs."""
+    x = np.random.default_rng(0).standard_normal((3, 5, 4), np.float32)
+    ours = stack.RecurrentStack("lstm", (6, 6, 6))
+    params = ours.init(jax.random.key(0), x)["params"]
+    vector = _cudnn_vector([params[f"layer_{i}"] for i in range(3)], 4, 6)
+    peer = peers.CudnnLSTMStack(6, 3, lstm=peers.lstm_reference)
+    assert jax.tree.map(jnp.shape, peer.init(jax.random.key(0), x)["params"]) == {
+        "lstm": vector.shape}
+    got = peer.apply({"params": {"lstm": vector}}, x)
+    np.testing.assert_allclose(got, ours.apply({"params": params}, x)[1][-1], rtol=1e-5,
+                               atol=1e-5)
 
 
 def _tiny_lm(connectivity: str, dropout_rate: float = 0.0):
