@@ -146,6 +146,12 @@ def _one_line_errors(fn: Callable[..., object], *args: object,
         sys.exit(130)
     except Exception as e:
         full = _no_space(e)
+        if full is None and _out_of_memory(e):
+            print(f"error: out of memory on {_device()}: {_first_line(e)}; if other processes "
+                  "share the device, start each with XLA_PYTHON_CLIENT_PREALLOCATE=false (the "
+                  "drivers' --parallel does), else use a smaller --batch_size (a training run "
+                  "resumes from its last checkpoint)", file=sys.stderr)
+            sys.exit(2)
         if full is None:
             raise
         where = _written_path(full)
@@ -168,6 +174,24 @@ def _no_space(e: BaseException | None) -> BaseException | None:
             return e
         e = e.__cause__ or e.__context__
     return None
+
+
+def _out_of_memory(e: BaseException) -> bool:
+    """Whether ``e`` is XLA's failure to allocate device (or host) memory."""
+    text = str(e)
+    return "RESOURCE_EXHAUSTED" in text and "out of memory" in text.lower()
+
+
+def _first_line(e: BaseException) -> str:
+    """The first line of ``e``'s message, without XLA's empty ``RESOURCE_EXHAUSTED: :``."""
+    return re.sub(r"^RESOURCE_EXHAUSTED:( :)? ?", "", str(e).strip().splitlines()[0])
+
+
+def _device() -> str:
+    """The default device's kind (``NVIDIA H200``, ``cpu``), for an error line."""
+    import jax  # the backend is up: the error came from it
+
+    return jax.devices()[0].device_kind
 
 
 def _written_path(e: BaseException) -> str | None:

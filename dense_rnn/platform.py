@@ -42,9 +42,10 @@ def default_xla_flags() -> None:
 
 
 def share_gpu_memory() -> None:
-    """For an inference run, which may share its GPU with a training run: JAX takes GPU
-    memory as it needs it instead of 75% up front (``XLA_PYTHON_CLIENT_PREALLOCATE=false``,
-    unless the user set it). Runs before JAX starts its backend."""
+    """For processes that may share a GPU (an inference run beside a training run, a
+    driver's runs started several at a time): JAX takes GPU memory as it needs it instead
+    of 75% up front (``XLA_PYTHON_CLIENT_PREALLOCATE=false``, unless the user set it). Runs
+    before JAX starts its backend."""
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 

@@ -162,8 +162,12 @@ def run_all(root: str, names: Sequence[str],
     ``parallel`` at a time; a run named in ``after`` waits until that run has finished, and
     is skipped if it failed (also when it kept an earlier command's results). Returns the runs
     that failed or were skipped, each with why. SIGINT or SIGTERM stops the runs going and,
-    once they have exited, raises ``KeyboardInterrupt`` or exits with status 143 (``_stop``)."""
+    once they have exited, raises ``KeyboardInterrupt`` or exits with status 143 (``_stop``).
+    Several runs at a time may share one GPU: each takes memory as it needs it
+    (``platform.share_gpu_memory``), not 75% of the device up front."""
     after = after or {}
+    if parallel > 1:
+        platform.share_gpu_memory()  # the runs inherit the driver's environment
     os.makedirs(root, exist_ok=True)
     pending = list(dict.fromkeys(names))  # a run named twice would train one workdir twice
     running: dict[str, tuple[subprocess.Popen, int]] = {}  # name -> (process, its log's start)

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 
+import jax
 import pytest
 
 from dense_rnn import cli
@@ -81,6 +82,24 @@ def test_a_full_disk_is_one_line_saying_the_run_resumes(raise_, where):
     assert r.stderr == (f"error: no space left on device{where}; free some space and rerun "
                         "the same command (a training run resumes from its last complete "
                         "checkpoint)\n")
+
+
+def test_running_out_of_device_memory_is_one_line_saying_how_to_share(capsys):
+    """XLA's allocation failure (seen with several training runs on one GPU, each taking 75%
+    of its memory up front): one line naming the device and the fix, exit status 2."""
+    def fail():
+        raise jax.errors.JaxRuntimeError(
+            "RESOURCE_EXHAUSTED: : CUDA_ERROR_OUT_OF_MEMORY: out of memory "
+            "[executable_name='jit_init']\nmore")
+
+    with pytest.raises(SystemExit) as e:
+        cli._one_line_errors(fail)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(
+        f"error: out of memory on {jax.devices()[0].device_kind}: CUDA_ERROR_OUT_OF_MEMORY: "
+        "out of memory [executable_name='jit_init']; if other processes share the device, "
+        "start each with XLA_PYTHON_CLIENT_PREALLOCATE=false")
 
 
 def test_other_exceptions_keep_their_traceback():

@@ -322,6 +322,27 @@ def test_a_run_waits_for_its_sweep_and_is_skipped_if_it_failed(tmp_path, monkeyp
     assert started == []
 
 
+@pytest.mark.parametrize(("parallel", "given", "seen"),
+                         [(1, None, None), (2, None, "false"), (2, "true", "true")])
+def test_runs_started_several_at_a_time_share_the_gpus_memory(tmp_path, monkeypatch, parallel,
+                                                             given, seen):
+    """With ``--parallel`` above 1 each run takes GPU memory as it needs it (on an H200,
+    runs that each took 75% up front failed at their first step); a value the user set is
+    kept."""
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "")  # restored after the test
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE")
+    if given:
+        monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", given)
+    code = "import os; print(os.environ.get('XLA_PYTHON_CLIENT_PREALLOCATE'))"
+
+    def start(name):
+        with open(tmp_path / f"{name}.out", "w") as out:
+            return subprocess.Popen([sys.executable, "-c", code], stdout=out)
+
+    runner.run_all(str(tmp_path / "runs"), ["a"], start, parallel)
+    assert (tmp_path / "a.out").read_text() == f"{seen}\n"
+
+
 def test_a_finished_run_is_launched_again_only_under_another_command(tmp_path, monkeypatch):
     launched = []
     monkeypatch.setattr(runner.subprocess, "Popen", lambda cmd, **kw: launched.append(cmd))
