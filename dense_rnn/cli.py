@@ -189,9 +189,12 @@ def _first_line(e: BaseException) -> str:
 
 def _device() -> str:
     """The default device's kind (``NVIDIA H200``, ``cpu``), for an error line."""
-    import jax  # the backend is up: the error came from it
+    try:
+        import jax
 
-    return jax.devices()[0].device_kind
+        return jax.devices()[0].device_kind
+    except Exception:  # an error line must not fail on the way
+        return "the device"
 
 
 def _written_path(e: BaseException) -> str | None:
