@@ -146,14 +146,14 @@ def _one_line_errors(fn: Callable[..., object], *args: object,
         sys.exit(130)
     except Exception as e:
         full = _no_space(e)
-        if full is None and _out_of_memory(e):
+        if full is None:
+            if not _out_of_memory(e):
+                raise
             print(f"error: out of memory on {_device()}: {_first_line(e)}; if other processes "
                   "share the device, start each with XLA_PYTHON_CLIENT_PREALLOCATE=false (the "
                   "drivers' --parallel does), else use a smaller --batch_size (a training run "
                   "resumes from its last checkpoint)", file=sys.stderr)
             sys.exit(2)
-        if full is None:
-            raise
         where = _written_path(full)
         with contextlib.suppress(Exception):
             sys.stdout.flush()
