@@ -1,6 +1,7 @@
 """Shared test settings: the data directory, the compilation cache and float64 NumPy
 references."""
 
+import itertools
 import os
 import shutil
 import tempfile
@@ -14,8 +15,9 @@ DATA_DIR = os.environ.get("DENSE_RNN_DATA_DIR", DEFAULT_DATA_DIR)
 
 
 def pytest_configure(config):
-    """The tests and the binaries they start share one compilation cache made for this
-    session (never the user's ``~/.cache``): a step compiled once is loaded after that."""
+    """Each test process (each xdist worker) and the binaries it starts share one
+    compilation cache made for it (never the user's ``~/.cache``): a step compiled once is
+    loaded after that. Workers do not share one: JAX writes a cache entry in place."""
     config.compilation_cache_dir = tempfile.mkdtemp(prefix="dense_rnn_test_jax_")
     os.environ["JAX_COMPILATION_CACHE_DIR"] = config.compilation_cache_dir
 
@@ -23,6 +25,18 @@ def pytest_configure(config):
 def pytest_unconfigure(config):
     os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
     shutil.rmtree(config.compilation_cache_dir, ignore_errors=True)
+
+
+def grid(*axes: list, default: list[tuple]) -> list:
+    """Every combination of ``axes`` as ``pytest.param``s, an axis's tuples flattened into
+    their values; those not in ``default`` are marked slow. The default run checks the few
+    combinations chosen to vary every axis, ``pytest -m slow`` the rest of the grid."""
+    combos = [sum((v if isinstance(v, tuple) else (v,) for v in c), ())
+              for c in itertools.product(*axes)]
+    missing = [d for d in default if d not in combos]
+    if missing:
+        raise ValueError(f"default combinations not in the grid: {missing}")
+    return [pytest.param(*c, marks=() if c in default else pytest.mark.slow) for c in combos]
 
 
 @pytest.fixture(scope="session")

@@ -135,6 +135,6 @@ def test_ctrl_c_before_training_exits_at_once_in_one_line():
                             stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline() == "ready\n"
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=30)
+    _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130
     assert err == f"interrupted; {cli.INTERRUPTED_HINT}\n"

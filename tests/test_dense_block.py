@@ -11,6 +11,7 @@ from dense_rnn import cells, dense_block
 from dense_rnn.dense_block import DenseRecurrent, rec_rows
 from dense_rnn.recurrent import scan_cell
 from tests import hm_reference as ref
+from tests.conftest import grid
 
 B, T, D, H = 3, 11, 5, 4
 LENGTHS = np.array([11, 7, 1], np.int32)
@@ -82,11 +83,15 @@ def _autodiff_scan(cell, w_hh, xw, carry, lengths, block_start):
     return dense_block._scan(cell, block_start, tuple(w_hh), xw, carry, lengths)[0]
 
 
-@pytest.mark.parametrize("dtype,tol", [(jnp.float64, 1e-12), (jnp.float32, 2e-5)])
-@pytest.mark.parametrize("cell,k,block_start", [
-    ("rnn", 3, False), ("gru", 4, False), ("gru", 1, False), ("lstm", 2, False),
-    ("gru", 2, True), ("lstm", 3, True)])
-@pytest.mark.parametrize("use_lengths", [False, True])
+F64, F32 = (jnp.float64, 1e-12), (jnp.float32, 2e-5)
+
+
+@pytest.mark.parametrize("cell,k,block_start,dtype,tol,use_lengths", grid(
+    [("rnn", 3, False), ("gru", 4, False), ("gru", 1, False), ("lstm", 2, False),
+     ("gru", 2, True), ("lstm", 3, True)], [F64, F32], [False, True],
+    default=[("rnn", 3, False, *F64, False), ("gru", 4, False, *F32, True),
+             ("gru", 1, False, *F64, True), ("lstm", 2, False, *F32, False),
+             ("gru", 2, True, *F64, False), ("lstm", 3, True, *F32, True)]))
 def test_weight_gradient_by_position_matches_autodiff(x64, dtype, tol, cell, k, block_start,
                                                       use_lengths):
     keys = jax.random.split(jax.random.key(3), k + 4)

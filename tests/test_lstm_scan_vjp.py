@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import pytest
 
 from dense_rnn import cells, recurrent
+from tests.conftest import grid
 
 B, T, H = 3, 7, 5
 
@@ -51,10 +52,10 @@ def value_and_grads(scan, a, lengths, reverse, unroll, use_rmask):
                                                            a["rmask"])
 
 
-@pytest.mark.parametrize("use_lengths", [False, True])
-@pytest.mark.parametrize("reverse", [False, True])
-@pytest.mark.parametrize("use_rmask", [False, True])
-@pytest.mark.parametrize("unroll", [1, 3])
+@pytest.mark.parametrize("use_lengths,reverse,use_rmask,unroll", grid(
+    [False, True], [False, True], [False, True], [1, 3],
+    default=[(False, False, False, 1), (True, True, False, 3), (True, False, True, 3),
+             (False, True, True, 1), (True, True, True, 1)]))
 def test_custom_vjp_matches_autodiff_float64(x64, use_lengths, reverse, use_rmask, unroll):
     a = inputs(jnp.float64)
     lengths = jnp.array([T, 3, 0]) if use_lengths else None

@@ -247,7 +247,7 @@ def test_transcribed_tables_match_the_papers():
 
 def reproduce(*args):
     return subprocess.run([sys.executable, "-m", "experiments.reproduce_classify", *args],
-                          cwd=REPO, capture_output=True, text=True, timeout=60)
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.parametrize("args, match", [
@@ -544,7 +544,7 @@ def interrupted_driver(tmp_path, signals, *args):
         for sig in signals:
             driver.send_signal(sig)
             wait_for("stopping")
-        out, err = driver.communicate(timeout=30)
+        out, err = driver.communicate(timeout=120)
         for pid in pids:  # the driver waited for its runs (one not waited for: a zombie)
             with pytest.raises(ProcessLookupError):
                 os.kill(pid, 0)

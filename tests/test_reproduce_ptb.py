@@ -15,7 +15,7 @@ XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
 def reproduce(*args, env=None):
     return subprocess.run([sys.executable, "-m", "experiments.reproduce_ptb", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=60,
+                          capture_output=True, text=True, timeout=300,
                           env={**os.environ, **(env or {})})
 
 
