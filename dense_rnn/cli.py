@@ -146,22 +146,22 @@ def _one_line_errors(fn: Callable[..., object], *args: object,
         sys.exit(130)
     except Exception as e:
         full = _no_space(e)
-        if full is None:
-            if not _out_of_memory(e):
-                raise
-            print(f"error: out of memory on {_device()}: {_first_line(e)}; if other processes "
-                  "share the device, start each with XLA_PYTHON_CLIENT_PREALLOCATE=false (the "
-                  "drivers' --parallel does), else use a smaller --batch_size (a training run "
-                  "resumes from its last checkpoint)", file=sys.stderr)
-            sys.exit(2)
-        where = _written_path(full)
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-        print(f"error: no space left on device{f' writing {where}' if where else ''}; free "
-              "some space and rerun the same command (a training run resumes from its last "
-              "complete checkpoint)", file=sys.stderr)
-        sys.stderr.flush()
-        os._exit(2)  # not the checkpointer's pending writes' tracebacks on the way out
+        if full is not None:
+            where = _written_path(full)
+            with contextlib.suppress(Exception):
+                sys.stdout.flush()
+            print(f"error: no space left on device{f' writing {where}' if where else ''}; "
+                  "free some space and rerun the same command (a training run resumes from its "
+                  "last complete checkpoint)", file=sys.stderr)
+            sys.stderr.flush()
+            os._exit(2)  # not the checkpointer's pending writes' tracebacks on the way out
+        if not _out_of_memory(e):
+            raise
+        print(f"error: out of memory on {_device()}: {_first_line(e)}; if other processes "
+              "share the device, start each with XLA_PYTHON_CLIENT_PREALLOCATE=false (the "
+              "drivers' --parallel does), else use a smaller --batch_size (a training run "
+              "resumes from its last checkpoint)", file=sys.stderr)
+        sys.exit(2)
 
 
 def _no_space(e: BaseException | None) -> BaseException | None:
