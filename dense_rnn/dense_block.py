@@ -28,7 +28,8 @@ Cells (``DENSE_STEPS``), with ``r = W2^{(n)} x~_t`` split per gate:
 * ``gru`` (eq. 8): ``z, r_gate = sigmoid(...)``, ``h~ = tanh(W x_t + U (r_gate . x~_t) + b)``
   with the reset gate applied to every state of ``x~_t``, ``h_t = (1 - z) h_{t-1} + z h~``.
   Eq. 8 as printed reads ``U (r_t . h_{t-1})``, an ``H x H`` ``U``; Table 2's DenseGRU counts
-  (144k at 64 units = 3 x (300H + 7H^2 + 2H), all three gates reading ``x~_t``) need ``U``
+  (144k at 64 units = 3 x (300H + 7H^2 + 2H), all three gates reading ``x~_t``; 2H: two
+  biases per gate, the PyTorch count the configs use) need ``U``
   as wide as ``U_z``, ``U_r``, so ``U`` reads ``x~_t`` too.
 * ``lstm``: the LSTM of ``cells.lstm_step`` with ``U h_{t-1}`` replaced by ``U x~_t``.
 """

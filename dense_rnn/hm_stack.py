@@ -41,6 +41,7 @@ from dense_rnn import cells
 from dense_rnn.dense_block import DenseRecurrent
 from dense_rnn.recurrent import (
     Initializer,
+    check_per_layer,
     check_sequence,
     check_sizes,
     clamp_lengths,
@@ -144,9 +145,7 @@ class HMDenseStack(nn.Module):
         with the call)."""
         check_sequence("HMDenseStack", x, lengths)
         check_sizes("HMDenseStack", features=self.features)
-        if not self.depths or min(self.depths) < 1:
-            raise ValueError(f"HMDenseStack: depths={tuple(self.depths)}; give one depth of at "
-                             "least 1 per layer")
+        check_per_layer("HMDenseStack", "depths", self.depths, "(2, 4, 8)")
         carries = layer_carries("HMDenseStack", carries, len(self.depths))
         outputs, finals = [], []
         plans = layer_schedule(self.depths, self.multiscale, self.dense)

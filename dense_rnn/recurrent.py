@@ -13,12 +13,14 @@ Lengths are clamped to ``[0, time]``: a length past the padded length means the 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import numbers
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import DTypeLike
 
 from dense_rnn import cells, precision
@@ -37,8 +39,9 @@ def uniform_init(scale: float) -> Initializer:
 
 
 def clamp_lengths(lengths: Array, max_len: int) -> Array:
-    """``lengths`` clipped to ``[0, max_len]``: a length past the padded length is the whole row."""
-    return jnp.clip(lengths, 0, max_len)
+    """``lengths`` as int32, clipped to ``[0, max_len]``: a length past the padded length is
+    the whole row. int32 first: an unsigned ``lengths`` would wrap ``max_len`` and ``- 1``."""
+    return jnp.clip(jnp.asarray(lengths).astype(jnp.int32), 0, max_len)
 
 
 def length_mask(lengths: Array, max_len: int) -> Array:
@@ -87,6 +90,15 @@ def check_sizes(layer: str, **sizes: int) -> None:
         raise ValueError(f"{layer}: {bad}; sizes must be at least 1")
 
 
+def check_per_layer(layer: str, name: str, values: Any, example: str) -> None:
+    """Raises a one-line ``ValueError`` unless ``values`` is a non-empty sequence of
+    positive integers, one per layer (``features=4`` where ``(4, 4)`` was meant, say)."""
+    if isinstance(values, numbers.Integral) or not isinstance(values, Sequence) or not values \
+            or not all(isinstance(n, numbers.Integral) and n > 0 for n in values):
+        raise ValueError(f"{layer}: {name}={values!r} must be a sequence of positive integers, "
+                         f"one per layer, e.g. {name}={example}")
+
+
 def lengths_hint(carry: Any, place: str = "the carry") -> str:
     """A note for an error about ``carry`` when it looks like sequence lengths (a 1-D integer
     array, or a list or tuple of Python integers), given positionally in ``place``; else
@@ -106,7 +118,8 @@ def lengths_hint(carry: Any, place: str = "the carry") -> str:
 def layer_carries(layer: str, carries: Any, n: int) -> Any:
     """A stack's ``carries``, one initial carry per layer of ``n`` (None: ``n`` Nones for
     zeros); a one-line ``ValueError`` for another count, or for lengths in their place."""
-    if hint := lengths_hint(carries):  # checked first: batch == layers would pass the count
+    # checked first: where the batch equals the number of layers, the count would pass
+    if hint := lengths_hint(carries, "the carries"):
         raise ValueError(f"{layer}: carries must be one carry per layer, or None for zeros, "
                          f"got {describe(carries)}{hint}")
     if carries is None:
@@ -456,6 +469,9 @@ class Recurrent(nn.Module):
         """
         check_sequence("Recurrent", x, lengths)
         check_sizes("Recurrent", features=self.features)
+        if not isinstance(self.reverse, (bool, np.bool_)):  # Recurrent("lstm", 64, 4), say
+            raise ValueError(f"Recurrent: reverse={self.reverse!r} must be True or False; "
+                             "give unroll= by name")
         params = self.cell_params(x.shape[-1])
         xw = cells.project(params, x)  # every time step in one matrix product
         spec = cells.get_cell(self.cell)
@@ -509,7 +525,9 @@ class Bidirectional(nn.Module):
         """``x``: (batch, time, in_features) -> ``((fwd_carry, bwd_carry), (batch, time,
         2 * features))``; ``carry``: a (forward, backward) pair of initial carries, each
         shaped like ``Recurrent.zero_carry`` (default zeros); ``lengths``: optional
-        ``(batch,)`` real lengths, clamped to the padded length.
+        ``(batch,)`` real lengths, clamped to the padded length; ``recurrent_mask``: a
+        (forward, backward) pair of ``scan_cell`` masks (LSTM only), or one
+        ``(2, batch, features)`` array.
 
         Both directions' input projections are one matrix product; for the LSTM both
         directions then run in one scan (``lstm_scan`` with a direction axis)."""

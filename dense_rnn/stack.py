@@ -17,7 +17,6 @@ recurrent product (Gal & Ghahramani 2016).
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Sequence
 
 import flax.linen as nn
@@ -101,10 +100,7 @@ class RecurrentStack(nn.Module):
         ``carries``: one initial carry per layer (default zeros); ``lengths``: optional
         ``(batch,)`` real lengths, clamped to the padded length.
         """
-        if isinstance(self.features, numbers.Integral) or len(self.features) == 0 or not all(
-                isinstance(n, numbers.Integral) and n > 0 for n in self.features):
-            raise ValueError(f"RecurrentStack: features={self.features!r} must be a sequence of "
-                             "positive layer sizes, e.g. (200, 200)")
+        recurrent.check_per_layer("RecurrentStack", "features", self.features, "(200, 200)")
         if not 0 <= self.dropout_rate < 1:
             raise ValueError(f"RecurrentStack: dropout_rate={self.dropout_rate} must be in "
                              "[0, 1)")

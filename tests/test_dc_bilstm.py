@@ -114,6 +114,12 @@ def test_masked_mean_clamps_lengths():
                                rtol=1e-6)
 
 
+def test_masked_mean_of_no_steps_is_zero():
+    h = jnp.ones((2, 0, 4))
+    np.testing.assert_array_equal(masked_mean(h, None), np.zeros((2, 4)))
+    np.testing.assert_array_equal(masked_mean(h, jnp.array([0, 3])), np.zeros((2, 4)))
+
+
 def _bidir_outputs(x, lengths, params=None):
     layer = Bidirectional(cell="lstm", features=3)
     params = params or layer.init(jax.random.key(1), x, lengths=lengths)

@@ -242,6 +242,18 @@ def test_classifier_lengths_past_padded_length_and_none(net):
                                atol=1e-6)
 
 
+def test_hm_stack_unsigned_lengths_mean_what_int32_ones_do():
+    """``ceil(lengths / sub)`` and ``lengths - 1`` in int32, not wrapped in uint32."""
+    stack = HMDenseStack("gru", 4, depths=(2, 4))
+    x = jax.random.normal(jax.random.key(0), (2, 11, 3))
+    params = stack.init(jax.random.key(1), x)
+    lengths = np.array([5, 0])
+    got = stack.apply(params, x, lengths=jnp.asarray(lengths, jnp.uint32))
+    want = stack.apply(params, x, lengths=jnp.asarray(lengths, jnp.int32))
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def _np_classifier(p, tokens, net, cell, layers):
     """Float64 logits of one unpadded sequence through a ``stacked`` (``cell``) or ``hornn``
     classifier of ``layers`` layers: each layer's states feed the next; the top layer's last
@@ -292,6 +304,18 @@ def test_an_attribute_another_net_reads_is_an_error(net, args):
     (name, value), = args.items()
     with pytest.raises(ValueError, match=re.escape(
             f"HMTextClassifier: {name}={value!r} does not apply to net={net!r}; leave it out")):
+        model.init(jax.random.key(0), jnp.ones((1, 4), jnp.int32))
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ({"features": 0}, "HMTextClassifier: features=0; sizes must be at least 1"),
+    ({"depths": 4}, "HMTextClassifier: depths=4 must be a sequence of positive integers"),
+    ({"depths": (2, 0)}, r"HMTextClassifier: depths=\(2, 0\) must be a sequence"),
+])
+def test_malformed_sizes_are_one_line_errors(args, message):
+    model = CLASSIFIERS["hm_text_classifier"](vocab_size=20, num_classes=3, embed_size=D,
+                                              net="hm", **{"features": H, **args})
+    with pytest.raises(ValueError, match=message):
         model.init(jax.random.key(0), jnp.ones((1, 4), jnp.int32))
 
 

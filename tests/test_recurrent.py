@@ -171,6 +171,19 @@ def test_lengths_past_the_padded_length_mean_the_whole_row(cell):
             np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("dtype", [jnp.uint8, jnp.uint32, jnp.int8])
+def test_unsigned_and_narrow_lengths_mean_what_int32_ones_do(dtype):
+    """uint8 250 against a padded length 300 must not wrap to 44 (nor ``0 - 1`` to 2^32 - 1)."""
+    x = jax.random.normal(jax.random.key(0), (2, 300, 3))
+    lengths = np.array([120, 0] if dtype == jnp.int8 else [250, 0])
+    for layer in (recurrent.Recurrent("gru", 4, reverse=True), recurrent.Bidirectional("lstm", 4)):
+        params = layer.init(jax.random.key(1), x)
+        got = layer.apply(params, x, lengths=jnp.asarray(lengths, dtype))
+        want = layer.apply(params, x, lengths=jnp.asarray(lengths, jnp.int32))
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
 def test_stack_refuses_wrong_number_of_carries():
     from dense_rnn.stack import RecurrentStack
 
@@ -301,6 +314,10 @@ def test_malformed_layer_settings_are_one_line_errors():
         (DenseRecurrent("gru", 4, 0), "k=0; the dense depth must be at least 1"),
         (HMDenseStack("gru", 4, (2, 0)), r"depths=\(2, 0\)"),
         (stack.RecurrentStack("lstm", 4), "features=4 must be a sequence"),
+        (HMDenseStack("gru", 4, 8), r"depths=8 must be a sequence of positive integers, one "
+         r"per layer, e.g. depths=\(2, 4, 8\)"),
+        (recurrent.Recurrent("lstm", 4, 2), "reverse=2 must be True or False; give unroll= "
+         "by name"),
         (DenseRecurrent("gru", 0, 2), "DenseRecurrent: features=0"),
         (HMDenseStack("gru", 0, (2, 2)), "HMDenseStack: features=0"),
     ]:
@@ -312,10 +329,10 @@ def test_malformed_layer_settings_are_one_line_errors():
                    stack.RecurrentStack("lstm", (4, 4, 4)), stack.RecurrentStack("gru", (4, 4)),
                    DenseRecurrent("gru", 4, 2), GatedHORNN(4), HMDenseStack("gru", 4, (2, 4))):
         with pytest.raises(ValueError, match="; sequence lengths go in lengths=, after the "
-                           "carry"):
+                           "carr(y|ies)"):
             jax.eval_shape(module.init, jax.random.key(0), x, jnp.array([8, 3]))
         with pytest.raises(ValueError, match="; sequence lengths go in lengths=, after the "
-                           "carry"):  # as a tuple of Python integers
+                           "carr(y|ies)"):  # as a tuple of Python integers
             jax.eval_shape(module.init, jax.random.key(0), x, (8, 3))
 
 

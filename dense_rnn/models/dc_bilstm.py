@@ -28,8 +28,8 @@ def masked_mean(h: Array, lengths: Array | None) -> Array:
     ``h``: (batch, time, features); ``lengths``: ``(batch,)`` real lengths, clamped to the
     padded length (None: every row full length). An empty sequence pools to zeros.
     """
-    if lengths is None:
-        return h.mean(axis=1)
+    if lengths is None:  # not h.mean: an empty sequence (time 0) pools to zeros, not NaN
+        return h.sum(axis=1) / max(h.shape[1], 1)
     lengths = clamp_lengths(lengths, h.shape[1])
     mask = length_mask(lengths, h.shape[1])[..., None].astype(h.dtype)
     return (h * mask).sum(axis=1) / jnp.maximum(lengths, 1)[:, None].astype(h.dtype)

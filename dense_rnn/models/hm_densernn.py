@@ -24,7 +24,7 @@ from dense_rnn import cells
 from dense_rnn.dense_block import pytorch_uniform
 from dense_rnn.hm_stack import HMDenseStack
 from dense_rnn.hornn import GatedHORNN
-from dense_rnn.recurrent import check_sizes, check_tokens
+from dense_rnn.recurrent import check_per_layer, check_sizes, check_tokens
 from dense_rnn.stack import RecurrentStack
 
 Array = jax.Array
@@ -99,9 +99,8 @@ class HMTextClassifier(nn.Module):
         ``(batch,)`` real lengths, clamped to the padded length (None: every row full).
         ``deterministic`` is unused (these models have no dropout): it is accepted so the
         trainer calls every classifier alike."""
-        if self.features < 1 or self.layers < 1 or min(self.depths, default=0) < 1:
-            raise ValueError(f"features={self.features}, layers={self.layers}, depths="
-                             f"{tuple(self.depths)}: each must be at least 1")
+        check_sizes("HMTextClassifier", features=self.features, layers=self.layers)
+        check_per_layer("HMTextClassifier", "depths", self.depths, "(2, 4, 8)")
         fields = type(self).__dataclass_fields__
         unused = [f"{k}={getattr(self, k)!r}" for k in UNUSED.get(self.net, ())
                   if getattr(self, k) != fields[k].default]
