@@ -189,6 +189,8 @@ def run() -> None:
                      "pretrained vector)")
     if not FLAGS.max_len:
         refuse_given(["keep"], FLAGS, "without --max_len every token is kept")
+    if FLAGS.lr_sweep:
+        refuse_given(["learning_rate"], FLAGS, "--lr_sweep sets each run's learning rate")
     config, family = resolve_config()
     from dense_rnn.data.text_classification import get_dataset
     from dense_rnn.train import classify

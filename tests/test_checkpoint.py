@@ -253,19 +253,34 @@ def test_an_io_error_reading_a_checkpoint_counts_as_damage(tmp_path, monkeypatch
     assert "checkpoints/2 cannot be read (OSError: [Errno 5]" in capsys.readouterr().err
 
 
-def test_a_failed_restores_closed_event_loop_errors_are_dropped_and_no_others(monkeypatch):
-    """A failed restore leaves tensorstore callbacks that raise "Event loop is closed" into
-    ``sys.unraisablehook`` once their loop has gone (a dozen tracebacks, timing-dependent,
-    above the one line that explains the failure): those are dropped, others reported."""
+def _read_closed_half_way() -> Exception:
+    """What orbax's shard read raises when closed while it waits on tensorstore."""
+    try:
+        try:
+            raise GeneratorExit
+        except BaseException as e:
+            raise Exception("Encountered error while reading array index: (slice(0, 3),). "
+                            "See full TensorStore details: {...}.") from e
+    except Exception as e:
+        return e
+
+
+def test_a_failed_restores_abandoned_work_is_dropped_and_nothing_else(monkeypatch):
+    """A failed restore leaves tensorstore callbacks that raise "Event loop is closed", and
+    shard reads closed half way that raise an error of their own, into
+    ``sys.unraisablehook`` (a dozen tracebacks, timing-dependent, above the one line that
+    explains the failure): those are dropped, others reported."""
     seen = []
     monkeypatch.setattr(sys, "unraisablehook", seen.append)
     checkpoint._quiet_closed_loops()
     checkpoint._quiet_closed_loops()  # once only: no chain of hooks
-    closed, other = (SimpleNamespace(exc_value=e) for e in (
-        RuntimeError("Event loop is closed"), RuntimeError("something else")))
-    sys.unraisablehook(closed)
-    sys.unraisablehook(other)
-    assert seen == [other]
+    read_failed = Exception("Encountered error while reading array index: (slice(0, 3),).")
+    read_failed.__cause__ = OSError("disk")  # a read that failed, not one closed half way
+    dropped = [RuntimeError("Event loop is closed"), _read_closed_half_way()]
+    reported = [RuntimeError("something else"), read_failed]
+    for e in dropped + reported:
+        sys.unraisablehook(SimpleNamespace(exc_value=e))
+    assert [u.exc_value for u in seen] == reported
 
 
 def test_no_checkpoint_is_moved_aside_unless_an_older_one_restores(tmp_path):

@@ -131,6 +131,11 @@ def test_train_outputs_and_exact_resume(corpus_dir, tmp_path):
                         "--max_steps=130 reached; a larger value trains on): nothing to train, "
                         "reporting its results")
     assert again["test_ppl"] == full["test_ppl"] and again["steps"] == 130
+    # asked again with a smaller budget, it still records the budget it trained to
+    smaller = lm.train_and_evaluate(dataclasses.replace(c, max_steps=20, max_epochs=1),
+                                    corpus_dir, str(tmp_path / "full"), log=lambda s: None)
+    assert (smaller["config"]["max_steps"], smaller["config"]["max_epochs"]) == (130, 3)
+    assert smaller["config"] == full["config"] and smaller["test_ppl"] == full["test_ppl"]
     step_a, a = latest_params(tmp_path / "full")
     step_b, b = latest_params(tmp_path / "split")
     assert step_a == step_b == 130

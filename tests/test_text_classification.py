@@ -378,6 +378,10 @@ def test_dry_run_counts_at_the_embedding_files_dimension(data_dir):
     (["--dataset=mr", "--folds=12"], "--folds [12] out of range: mr has 10 fold(s)"),
     (["--max_len=-3"], "--max_len=-3: give a positive token count"),
     (["--keep=last"], "without --max_len every token is kept, so it takes no --keep; drop it"),
+    (["--lr_sweep=1e-2", "--learning_rate=0.5"], "--lr_sweep sets each run's learning rate, "
+     "so it takes no --learning_rate; drop it"),
+    (["--folds=0"], "--folds applies to the cross-validated datasets (mr, subj); trec has a "
+     "test split"),
     (["--dataset=mr", "--folds="], "--folds=: give fold numbers like 0,1,2"),
     (["--batch_size=0"], "batch_size=0 must be at least 1"),
     (["--max_epochs=0"], "max_epochs=0 must be at least 1"),
@@ -433,6 +437,12 @@ def test_train_resume_bitwise_and_bad_inputs(tmp_path):
     assert "best_test_accuracy" not in summary and summary["selection"].startswith("test acc")
     assert len(open(f"{tmp_path}/full/metrics.jsonl").readlines()) == 3
     assert os.path.exists(f"{tmp_path}/full/curves.png")
+    # the finished run asked again with a smaller budget: reported, with the budget it had
+    out = _classify(*base, f"--workdir={tmp_path}/full", "--max_epochs=1").stdout
+    assert "nothing to train" in out
+    again = json.load(open(f"{tmp_path}/full/summary.json"))
+    assert again["config"]["max_epochs"] == 3 and again["test_accuracy"] == summary[
+        "test_accuracy"]
     # another config on that workdir: refused, checkpoint kept
     r = _classify(*base, f"--workdir={tmp_path}/full", "--th=5", check=False)
     assert r.returncode == 2 and "another config" in r.stderr and "Traceback" not in r.stderr

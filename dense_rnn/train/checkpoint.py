@@ -70,18 +70,26 @@ def _brief(e: BaseException, limit: int = 160) -> str:
     return f"{type(e).__name__}: {msg}"
 
 
+def _abandoned_restore(e: BaseException | None) -> bool:
+    """Whether ``e`` is what a failed orbax restore leaves behind once it has raised: its
+    pending tensorstore callbacks' "Event loop is closed", or a shard read, abandoned half
+    way, that answers being closed (``GeneratorExit``) with an error of its own."""
+    if isinstance(e, RuntimeError) and str(e) == "Event loop is closed":
+        return True
+    return isinstance(e, Exception) and isinstance(e.__cause__, GeneratorExit) and str(
+        e).startswith("Encountered error while reading array index")
+
+
 def _quiet_closed_loops() -> None:
-    """Drops the "Event loop is closed" errors that a failed orbax restore's pending
-    tensorstore callbacks raise after their event loop has gone (a dozen tracebacks above
-    the one line that explains the failure); every other unraisable error is reported as
-    before."""
+    """Drops the unraisable errors of a failed orbax restore's abandoned work
+    (``_abandoned_restore``: a dozen tracebacks, hundreds of lines, above the one line that
+    explains the failure); every other unraisable error is reported as before."""
     previous = sys.unraisablehook
     if getattr(previous, "quiet_closed_loops", False):
         return
 
     def hook(u: Any) -> None:
-        if not (isinstance(u.exc_value, RuntimeError)
-                and str(u.exc_value) == "Event loop is closed"):
+        if not _abandoned_restore(u.exc_value):
             previous(u)
 
     hook.quiet_closed_loops = True  # type: ignore[attr-defined]
@@ -253,6 +261,7 @@ class Checkpointer:
         self.identity = json.loads(json.dumps(identity))  # as stored: tuples become lists
         self.descriptive = descriptive
         self.added = added
+        self.resumed_config: dict[str, Any] | None = None  # the latest checkpoint's (resume)
         self._held = contextlib.ExitStack()  # the workdir's lock, until close
         if not read_only and os.path.realpath(workdir) not in _run_locks:
             self._held.enter_context(_hold(workdir))
@@ -405,7 +414,7 @@ class Checkpointer:
     def resume(self, state: Any, progress: P) -> tuple[Any, P]:
         """The latest training state and the ``progress`` saved with it (metadata key
         ``"progress"``, a dataclass of ``progress``'s type), or both as given before the
-        first checkpoint."""
+        first checkpoint; the config saved with them becomes ``resumed_config``."""
         restored = self.restore(state)
         self._drop_best_after(self._latest.latest_step())
         if restored is None:
@@ -415,6 +424,7 @@ class Checkpointer:
         if not isinstance(meta.get("progress"), dict) or set(meta["progress"]) - fields:
             raise UnreadableCheckpoint(f"{self.workdir}/checkpoints/{self._latest.latest_step()}",
                                        "its progress record is not this version's")
+        self.resumed_config = meta.get("config")
         return state, type(progress)(**meta["progress"])
 
     def _drop_best_after(self, step: int | None) -> None:
@@ -516,6 +526,20 @@ def finished_because(early_stopped: bool, epoch: int, max_epochs: int, step: int
     if epoch >= max_epochs:
         return f"--max_epochs={max_epochs} reached; a larger value trains on"
     return None
+
+
+BUDGET = ("max_epochs", "max_steps", "early_stopping_patience")
+
+
+def reported_config(config: dict[str, Any], trained_under: dict[str, Any] | None
+                    ) -> dict[str, Any]:
+    """``config`` as a run's summary records it. ``trained_under``: for a run finished before
+    this call, which only reports it, the config of its latest checkpoint, whose training
+    budget (``BUDGET``) the summary keeps; rerun with a smaller ``--max_steps`` to see its
+    results, the run still records the one it trained to."""
+    if not trained_under:
+        return config
+    return config | {k: trained_under[k] for k in BUDGET if k in config and k in trained_under}
 
 
 def check_steps_per_epoch(workdir: str, progress: Any, steps_per_epoch: int) -> None:

@@ -237,10 +237,11 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
         steps_per_epoch = -(-len(data.ids["train"]) // c.batch_size)
         checkpoint.check_steps_per_epoch(workdir, progress, steps_per_epoch)
         progress.done = checkpoint.early_stopped(progress.bad_epochs, c.early_stopping_patience)
+        finished = checkpoint.finished_because(progress.done, progress.epoch, c.max_epochs)
         if ckpt.latest_step() is not None:
-            log(checkpoint.resume_line(
-                workdir, progress.global_step, progress.epoch, f"step {progress.step_in_epoch}",
-                checkpoint.finished_because(progress.done, progress.epoch, c.max_epochs)))
+            log(checkpoint.resume_line(workdir, progress.global_step, progress.epoch,
+                                       f"step {progress.step_in_epoch}", finished))
+        trained_under = ckpt.resumed_config if finished is not None else None
         n_total = metrics.count_params(state["params"])
         n_embed = metrics.count_params(state["params"]["embed"])
         train_step, eval_step = make_steps(model, tx, c, mesh)
@@ -328,6 +329,7 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
         "epochs": progress.epoch, "steps": progress.global_step,
         "num_params": n_total - n_embed, "num_params_embedding": n_embed,
         "vocab_size": len(data.vocab.words), "wall_seconds": wall_before + time.time() - wall_start,
+        "config": checkpoint.reported_config(c.to_dict(), trained_under),
     }
 
 
@@ -387,6 +389,10 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
         raise UserError(f"--max_len={max_len}: give a positive token count, or 0 for no limit")
     if keep not in tc.KEEP:
         raise UserError(f"--keep={keep}: use first or last")
+    if folds is not None and not spec.num_folds:
+        cv = ", ".join(n for n, d in tc.DATASETS.items() if d.num_folds)
+        raise UserError(f"--folds applies to the cross-validated datasets ({cv}); {dataset} "
+                        "has a test split, so drop --folds")
     fold_ids = folds if folds is not None else list(range(spec.num_folds or 1))
     if not fold_ids:
         raise UserError("--folds=: give fold numbers like 0,1,2")
@@ -436,11 +442,14 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
         if select == "dev":  # the paper's protocol appears only when asked for
             records = {f: {k: v for k, v in r.items() if not k.startswith("best_test")}
                        for f, r in records.items()}
+        # the config of the record: each split's as it trained, where the splits agree
+        configs = [r.pop("config") for r in records.values()]
         tests = [r[key] for r in records.values()]
         devs = [r["dev_accuracy"] for r in records.values()]
         first = next(iter(records.values()))
         summary = {
-            "config": c.to_dict(), "dataset": dataset, "hf_dataset": hf_dataset,
+            "config": configs[0] if all(x == configs[0] for x in configs) else c.to_dict(),
+            "dataset": dataset, "hf_dataset": hf_dataset,
             "embeddings": embeddings, "oov": oov,
             "max_len": max_len or None, "keep": keep if max_len else None,
             "selection": SELECTIONS[select],
