@@ -531,15 +531,15 @@ def finished_because(early_stopped: bool, epoch: int, max_epochs: int, step: int
 BUDGET = ("max_epochs", "max_steps", "early_stopping_patience")
 
 
-def reported_config(config: dict[str, Any], trained_under: dict[str, Any] | None
-                    ) -> dict[str, Any]:
-    """``config`` as a run's summary records it. ``trained_under``: for a run finished before
-    this call, which only reports it, the config of its latest checkpoint, whose training
-    budget (``BUDGET``) the summary keeps; rerun with a smaller ``--max_steps`` to see its
-    results, the run still records the one it trained to."""
-    if not trained_under:
+def reported_config(config: dict[str, Any], resumed: dict[str, Any] | None,
+                    finished: str | None) -> dict[str, Any]:
+    """``config`` as a run's summary records it. A run ``finished`` before this call (why,
+    from ``finished_because``) only reports: the summary keeps the training budget
+    (``BUDGET``) of ``resumed``, its latest checkpoint's config, so rerun with a smaller
+    ``--max_steps`` to see its results, the run still records the one it trained to."""
+    if finished is None or not resumed:
         return config
-    return config | {k: trained_under[k] for k in BUDGET if k in config and k in trained_under}
+    return config | {k: resumed[k] for k in BUDGET if k in config and k in resumed}
 
 
 def check_steps_per_epoch(workdir: str, progress: Any, steps_per_epoch: int) -> None:

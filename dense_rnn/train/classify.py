@@ -241,7 +241,6 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
         if ckpt.latest_step() is not None:
             log(checkpoint.resume_line(workdir, progress.global_step, progress.epoch,
                                        f"step {progress.step_in_epoch}", finished))
-        trained_under = ckpt.resumed_config if finished is not None else None
         n_total = metrics.count_params(state["params"])
         n_embed = metrics.count_params(state["params"]["embed"])
         train_step, eval_step = make_steps(model, tx, c, mesh)
@@ -329,7 +328,7 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
         "epochs": progress.epoch, "steps": progress.global_step,
         "num_params": n_total - n_embed, "num_params_embedding": n_embed,
         "vocab_size": len(data.vocab.words), "wall_seconds": wall_before + time.time() - wall_start,
-        "config": checkpoint.reported_config(c.to_dict(), trained_under),
+        "config": checkpoint.reported_config(c.to_dict(), ckpt.resumed_config, finished),
     }
 
 

@@ -385,8 +385,7 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
         log(f"test ppl {test_ppl:.2f} (best valid ppl {progress.best_valid_ppl:.2f}, "
             f"epoch {progress.best_epoch})")
         summary = {
-            "config": checkpoint.reported_config(
-                c.to_dict(), ckpt.resumed_config if finished is not None else None),
+            "config": checkpoint.reported_config(c.to_dict(), ckpt.resumed_config, finished),
             "num_params": n_params,
             "best_valid_ppl": progress.best_valid_ppl, "test_ppl": test_ppl,
             "best_epoch": progress.best_epoch, "epochs_completed": progress.epoch,
