@@ -131,6 +131,8 @@ def environment() -> dict:
     import jax
     import optax
 
+    from dense_rnn import blas
+
     try:
         import torch
 
@@ -151,7 +153,8 @@ def environment() -> dict:
         "optax": optax.__version__, **torch_info, "jax_device": str(jax.devices()[0]),
         "env": {k: os.environ.get(k, "")
                 for k in (*FAST_MALLOC_ENV, "OMP_WAIT_POLICY", "XLA_FLAGS",
-                          "XLA_PYTHON_CLIENT_PREALLOCATE")},
+                          "XLA_PYTHON_CLIENT_PREALLOCATE", "DENSE_RNN_BLAS")},
+        "blas_products": blas.available(),  # ours' large float32 products: the BLAS's
     }
 
 
@@ -265,11 +268,11 @@ def time_workload(w, repeats: int, min_time: float, warmup: float = 0.0) -> dict
 
 def build_workload(name: str, impl: str = ""):
     """A workload of ``workloads.WORKLOADS`` by name, or the training step of any PTB config
-    (``benchmarks.binary``'s); with the ``TRITON`` implementation where ``impl`` is it."""
+    (``benchmarks.binary``'s); with the variant of ours ``impl`` names, if it is one."""
     from benchmarks.workloads import WORKLOADS, lm_workload
 
     w = WORKLOADS[name]() if name in WORKLOADS else lm_workload(name)
-    return with_triton(w) if impl == TRITON else w
+    return with_variant(w, impl) if impl in VARIANTS else w
 
 
 def serve(workload: str, impl: str, min_time: float, warmup: float = 0.0,
@@ -311,23 +314,30 @@ def own_stdout() -> TextIO:
     return replies
 
 
-# --triton_peer: ours built again under XLA's default Triton GEMM, which the binaries turn
-# off on a GPU (``platform.GPU_XLA_FLAGS``), in a worker of its own timed beside ours
+# Variants of ours, each ours' builder in a worker of its own under another environment,
+# timed beside ours: --triton_peer, under XLA's default Triton GEMM, which the binaries turn
+# off on a GPU (``platform.GPU_XLA_FLAGS``); --xla_products_peer, with every product XLA's
+# where ours calls the BLAS (``dense_rnn/blas.py``, Intel CPUs).
 TRITON = "ours, Triton GEMM"
 _TRITON_FLAG = "--xla_gpu_enable_triton_gemm=true"
+XLA_PRODUCTS = "ours, XLA products"
+VARIANTS = (TRITON, XLA_PRODUCTS)
 
 
-def with_triton(w):
-    """``w`` with the ``TRITON`` implementation: ours' builder, run under other XLA flags."""
+def with_variant(w, impl: str):
+    """``w`` with the variant ``impl`` of ``VARIANTS``: ours' builder, in another
+    environment (``worker_env``)."""
     from benchmarks.workloads import OURS
 
-    return dataclasses.replace(w, impls={**w.impls, TRITON: w.impls[OURS]})
+    return dataclasses.replace(w, impls={**w.impls, impl: w.impls[OURS]})
 
 
 def worker_env(impl: str) -> dict[str, str]:
     """A worker's environment: this process's, except that PyTorch's keeps
     OpenMP's default wait policy (unless the user set one), and ``TRITON``'s XLA flags are
-    the user's with Triton GEMM on."""
+    the user's with Triton GEMM on, and ``XLA_PRODUCTS``'s has ``DENSE_RNN_BLAS=off``."""
+    if impl == XLA_PRODUCTS:
+        return {**os.environ, "DENSE_RNN_BLAS": "off"}
     if impl == TRITON:  # the user's flags, none of the suite's: its own XLA_FLAGS
         env = {k: v for k, v in os.environ.items() if k != ADDED_XLA_FLAGS}
         return {**env, "XLA_FLAGS": f"{_TRITON_FLAG} {user_xla_flags()}".strip()}
@@ -659,6 +669,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
                         "which the binaries turn off on a GPU, in a worker of its own: a "
                         "paired ratio of the two flag settings (on a CPU, whose compiler "
                         "ignores the flag, an A/A run: the pairing's noise)")
+    p.add_argument("--xla_products_peer", action="store_true",
+                   help=f"also time ours with every product XLA's ({XLA_PRODUCTS!r}: "
+                        "DENSE_RNN_BLAS=off), in a worker of its own: a paired ratio of ours' "
+                        "BLAS products (dense_rnn/blas.py, on Intel CPUs) against XLA's")
     p.add_argument("--probe", nargs=2, metavar=("WORKLOAD", "IMPL"), help=argparse.SUPPRESS)
     p.add_argument("--serve", nargs=2, metavar=("WORKLOAD", "IMPL"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -687,9 +701,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
         p.error("--parallel_builds starts each implementation in a process of its own: "
                 "drop --no-isolated (or --quick)")
     parallel = isolated if a.parallel_builds is None else a.parallel_builds
-    if a.triton_peer and not isolated:
-        p.error("--triton_peer runs ours under other XLA flags, which need a process of "
-                "their own: drop --no-isolated (or --quick)")
+    for peer in ("triton_peer", "xla_products_peer"):
+        if getattr(a, peer) and not isolated:
+            p.error(f"--{peer} runs ours in another environment, which needs a process of "
+                    "its own: drop --no-isolated (or --quick)")
     flags = user_xla_flags().strip()
     if a.triton_peer and ("xla_gpu_enable_triton_gemm" in flags
                           or flags and not flags.startswith("-")):
@@ -715,9 +730,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
         if not has_torch:
             w = dataclasses.replace(w, impls={k: v for k, v in w.impls.items()
                                               if "torch" not in k})
-        w = with_triton(w) if a.triton_peer else w
-        if a.impls:  # ours, the rooflines and a --triton_peer are always kept
-            keep = {*a.impls.split(","), OURS, TRITON}
+        for variant, wanted in ((TRITON, a.triton_peer), (XLA_PRODUCTS, a.xla_products_peer)):
+            w = with_variant(w, variant) if wanted else w
+        if a.impls:  # ours, the rooflines and the variants asked for are always kept
+            keep = {*a.impls.split(","), OURS, *VARIANTS}
             w = dataclasses.replace(w, impls={k: v for k, v in w.impls.items()
                                               if k in keep or k.startswith(GEMM)})
         timings = (time_isolated(name, list(w.impls), repeats, min_time, warmup, parallel)
@@ -726,6 +742,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         for r in rows:  # each probe builds alone: its build figures replace side-by-side ones
             if r["impl"] == TRITON:  # results.json's environment is the suite's, not its
                 r["xla_flags"] = worker_env(TRITON)["XLA_FLAGS"]
+            if r["impl"] == XLA_PRODUCTS:
+                r["dense_rnn_blas"] = "off"
             probed = peak_memory(name, r["impl"]) if memory else {}
             r.update(probed, built_alone=not parallel or "setup_s" in probed)
         results.append({"workload": w.name, "unit": w.unit, "lm": w.lm, "flops": w.flops,

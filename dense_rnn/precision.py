@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from dense_rnn import blas
 from dense_rnn.errors import UserError
 
 COMPUTE_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -41,10 +42,16 @@ def _accumulator(a: jax.Array) -> jnp.dtype:
     return jnp.promote_types(a.dtype, jnp.float32)
 
 
-def matmul(a: jax.Array, b: jax.Array) -> jax.Array:
+def matmul(a: jax.Array, b: jax.Array, *, use_blas: bool = True) -> jax.Array:
     """``a @ b`` accumulated and returned in at least float32. With bfloat16 operands this
     is the product CPUs with AVX512_BF16 (and GPUs, TPUs) run at twice the float32 rate;
-    a bfloat16 result would take XLA's CPU path at the float32 rate."""
+    a bfloat16 result would take XLA's CPU path at the float32 rate. Large float32 products
+    with a 2-D ``b`` go through ``blas.gemm`` where it applies (Intel CPUs) unless
+    ``use_blas=False`` (a scan's per-step product, where the call only adds overhead)."""
+    if use_blas and b.ndim == 2 and a.ndim >= 2:
+        a2 = a.reshape(-1, a.shape[-1])
+        if blas.applies(a2, b, a2.shape[0] * a2.shape[1] * b.shape[1]):
+            return blas.gemm(a2, b).reshape(*a.shape[:-1], b.shape[1])
     return jnp.matmul(a, b, preferred_element_type=_accumulator(a))
 
 
@@ -53,10 +60,12 @@ def _narrow(a: jax.Array) -> bool:
     return a.dtype != _accumulator(a)
 
 
-def matmul_nt(a: jax.Array, b: jax.Array) -> jax.Array:
+def matmul_nt(a: jax.Array, b: jax.Array, *, use_blas: bool = True) -> jax.Array:
     """``a @ b^T`` for ``a`` (..., m, k) and ``b`` (..., n, k) with the same leading (batch)
     axes, as ``matmul``: one product contracting both last axes, with no transpose for XLA
-    to materialise."""
+    to materialise (``blas.gemm`` for large 2-D float32 ones, as ``matmul``)."""
+    if use_blas and blas.applies(a, b, a.size * b.shape[0]):
+        return blas.gemm(a, b, trans_b=True)
     batch = tuple(range(a.ndim - 2))
     return lax.dot_general(a, b, (((a.ndim - 1,), (b.ndim - 1,)), (batch, batch)),
                            preferred_element_type=_accumulator(a))
@@ -74,6 +83,8 @@ def matmul_tn(a: jax.Array, b: jax.Array) -> jax.Array:
     shapes).
     """
     if not _narrow(a):
+        if blas.applies(a, b, a.size * b.shape[1]):
+            return blas.gemm(a, b, trans_a=True)
         return lax.dot_general(a, b, (((0,), (0,)), ((), ())), preferred_element_type=a.dtype)
     k, m = a.shape
     a_t = lax.optimization_barrier(a.T.reshape(m, 1, k))

@@ -350,7 +350,7 @@ def _lstm_scan_bwd(
         dz = jnp.concatenate([
             dc_new * g * i * (1.0 - i), dc_new * c_prev * f * (1.0 - f),
             dc_new * i * (1.0 - g * g), dh_out * tc * o * (1.0 - o)], axis=-1)
-        dh_in = precision.matmul_nt(dz, w_hh).astype(dz.dtype)
+        dh_in = precision.matmul_nt(dz, w_hh, use_blas=False).astype(dz.dtype)
         if rmask is not None:
             drmask = drmask + (h_prev * dh_in).astype(drmask.dtype)
             dh_in = dh_in * rmask

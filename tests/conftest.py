@@ -1,4 +1,4 @@
-"""Shared test settings: the data directory, the compilation cache and float64 NumPy
+"""Shared test settings: the data directory, the compilation caches and float64 NumPy
 references."""
 
 import itertools
@@ -20,11 +20,18 @@ def pytest_configure(config):
     loaded after that. Workers do not share one: JAX writes a cache entry in place."""
     config.compilation_cache_dir = tempfile.mkdtemp(prefix="dense_rnn_test_jax_")
     os.environ["JAX_COMPILATION_CACHE_DIR"] = config.compilation_cache_dir
+    # the BLAS handler (dense_rnn/blas.py) is built once per test session, into a directory
+    # the workers inherit from the process that made it
+    config.made_blas_cache = "DENSE_RNN_CACHE" not in os.environ
+    if config.made_blas_cache:
+        os.environ["DENSE_RNN_CACHE"] = tempfile.mkdtemp(prefix="dense_rnn_test_blas_")
 
 
 def pytest_unconfigure(config):
     os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
     shutil.rmtree(config.compilation_cache_dir, ignore_errors=True)
+    if config.made_blas_cache:
+        shutil.rmtree(os.environ.pop("DENSE_RNN_CACHE"), ignore_errors=True)
 
 
 def grid(*axes: list, default: list[tuple]) -> list:

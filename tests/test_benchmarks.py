@@ -54,6 +54,21 @@ def test_isolated_times_each_implementation_in_its_own_process(capsys, parallel)
             0 < r["xla_compile_s"] < r["compile_s"])
 
 
+def run_with_variant(monkeypatch, variant, flag):
+    """``run.main`` on tiny_lm with ``flag`` (timing stubbed): the variant's worker builds
+    ours' step and is timed beside ours alone (``--impls ours``); its rows by impl."""
+    w = run.build_workload("tiny_lm", variant)  # what its worker and probe build
+    assert w.impls[variant] is w.impls["ours"]
+    calls = []
+    monkeypatch.setattr(run, "time_isolated", lambda *a: calls.append(a) or {
+        n: {"times": [1.0], "compile_s": None, "setup_s": 0.0} for n in a[1]})
+    (res,) = run.main(["--workloads", "tiny_lm", "--repeats", "1", "--impls", "ours",
+                       "--no-memory", flag])
+    assert variant in calls[0][1] and "flax nn.RNN" not in calls[0][1]
+    assert [v for v in run.VARIANTS if v in calls[0][1]] == [variant]
+    return {r["impl"]: r for r in res["rows"]}
+
+
 def test_the_triton_peer_is_ours_under_xla_flags_of_its_own(monkeypatch):
     """A worker of its own, with Triton GEMM on before the user's XLA flags, timed beside
     ours (the suite's isolated timing is tested above), its flags recorded on its row."""
@@ -64,17 +79,18 @@ def test_the_triton_peer_is_ours_under_xla_flags_of_its_own(monkeypatch):
     assert "DENSE_RNN_ADDED_XLA_FLAGS" not in env  # in that worker, all of them are the user's
     monkeypatch.delenv("XLA_FLAGS")
     monkeypatch.delenv("DENSE_RNN_ADDED_XLA_FLAGS")
-    w = run.build_workload("tiny_lm", run.TRITON)  # what its worker and probe build
-    assert w.impls[run.TRITON] is w.impls["ours"]
-    calls = []
-    monkeypatch.setattr(run, "time_isolated", lambda *a: calls.append(a) or {
-        n: {"times": [1.0], "compile_s": None, "setup_s": 0.0} for n in a[1]})
-    (res,) = run.main(["--workloads", "tiny_lm", "--repeats", "1", "--impls", "ours",
-                       "--no-memory", "--triton_peer"])
-    assert run.TRITON in calls[0][1] and "flax nn.RNN" not in calls[0][1]
-    impls = {r["impl"]: r for r in res["rows"]}
+    impls = run_with_variant(monkeypatch, run.TRITON, "--triton_peer")
     assert impls[run.TRITON]["xla_flags"] == "--xla_gpu_enable_triton_gemm=true"
     assert "xla_flags" not in impls["ours"]
+
+
+def test_the_xla_products_peer_is_ours_without_the_blas(monkeypatch):
+    """``--xla_products_peer``: ours' builder in a worker with ``DENSE_RNN_BLAS=off``."""
+    assert run.worker_env(run.XLA_PRODUCTS)["DENSE_RNN_BLAS"] == "off"
+    impls = run_with_variant(monkeypatch, run.XLA_PRODUCTS, "--xla_products_peer")
+    assert impls[run.XLA_PRODUCTS]["dense_rnn_blas"] == "off"
+    with pytest.raises(SystemExit):
+        run.main(["--workloads", "tiny_lm", "--no-isolated", "--xla_products_peer"])
 
 
 @pytest.mark.parametrize("flags", ["--xla_gpu_enable_triton_gemm=true", "/tmp/xla_flags"])

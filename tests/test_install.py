@@ -21,3 +21,21 @@ def test_only_the_library_is_importable_outside_the_checkout(tmp_path):
     origins = json.loads(out)
     assert origins.pop("dense_rnn").startswith(os.path.join(REPO, "dense_rnn"))
     assert not [o for o in origins.values() if o and o.startswith(REPO)], origins
+
+
+def test_the_wheel_carries_the_blas_handlers_source(tmp_path):
+    """A non-editable install must ship ``csrc/blas_gemm.cc``, which ``dense_rnn.blas``
+    compiles on first use."""
+    import shutil
+    import zipfile
+
+    src = tmp_path / "src"  # a copy: setuptools writes build/ and egg-info/ beside the source
+    shutil.copytree(os.path.join(REPO, "dense_rnn"), src / "dense_rnn",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(os.path.join(REPO, name), src)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps",
+                    "--no-build-isolation", "-q", "-w", str(tmp_path)], check=True,
+                   capture_output=True)
+    (wheel,) = tmp_path.glob("dense_rnn-*.whl")
+    assert "dense_rnn/csrc/blas_gemm.cc" in zipfile.ZipFile(wheel).namelist()
