@@ -131,7 +131,7 @@ def environment() -> dict:
     import jax
     import optax
 
-    from dense_rnn import blas
+    from dense_rnn import blas, lstm_kernel
 
     try:
         import torch
@@ -153,8 +153,10 @@ def environment() -> dict:
         "optax": optax.__version__, **torch_info, "jax_device": str(jax.devices()[0]),
         "env": {k: os.environ.get(k, "")
                 for k in (*FAST_MALLOC_ENV, "OMP_WAIT_POLICY", "XLA_FLAGS",
-                          "XLA_PYTHON_CLIENT_PREALLOCATE", "DENSE_RNN_BLAS")},
+                          "XLA_PYTHON_CLIENT_PREALLOCATE", "DENSE_RNN_BLAS",
+                          "DENSE_RNN_LSTM_KERNEL")},
         "blas_products": blas.available(),  # ours' large float32 products: the BLAS's
+        "lstm_kernel": lstm_kernel.available(),  # ours' float32 LSTM scans: the C++ kernel
     }
 
 
@@ -317,11 +319,15 @@ def own_stdout() -> TextIO:
 # Variants of ours, each ours' builder in a worker of its own under another environment,
 # timed beside ours: --triton_peer, under XLA's default Triton GEMM, which the binaries turn
 # off on a GPU (``platform.GPU_XLA_FLAGS``); --xla_products_peer, with every product XLA's
-# where ours calls the BLAS (``dense_rnn/blas.py``, Intel CPUs).
+# where ours calls the BLAS (``dense_rnn/blas.py``, Intel CPUs); --xla_scans_peer, with the
+# LSTM scans XLA's where ours runs the C++ kernel (``dense_rnn/lstm_kernel.py``).
 TRITON = "ours, Triton GEMM"
 _TRITON_FLAG = "--xla_gpu_enable_triton_gemm=true"
 XLA_PRODUCTS = "ours, XLA products"
-VARIANTS = (TRITON, XLA_PRODUCTS)
+XLA_SCANS = "ours, XLA scans"
+VARIANTS = (TRITON, XLA_PRODUCTS, XLA_SCANS)
+_VARIANT_ENV = {XLA_PRODUCTS: {"DENSE_RNN_BLAS": "off"},
+                XLA_SCANS: {"DENSE_RNN_LSTM_KERNEL": "off"}}
 
 
 def with_variant(w, impl: str):
@@ -334,10 +340,11 @@ def with_variant(w, impl: str):
 
 def worker_env(impl: str) -> dict[str, str]:
     """A worker's environment: this process's, except that PyTorch's keeps
-    OpenMP's default wait policy (unless the user set one), and ``TRITON``'s XLA flags are
-    the user's with Triton GEMM on, and ``XLA_PRODUCTS``'s has ``DENSE_RNN_BLAS=off``."""
-    if impl == XLA_PRODUCTS:
-        return {**os.environ, "DENSE_RNN_BLAS": "off"}
+    OpenMP's default wait policy (unless the user set one), ``TRITON``'s XLA flags are the
+    user's with Triton GEMM on, ``XLA_PRODUCTS``'s has ``DENSE_RNN_BLAS=off`` and
+    ``XLA_SCANS``'s ``DENSE_RNN_LSTM_KERNEL=off``."""
+    if impl in _VARIANT_ENV:
+        return {**os.environ, **_VARIANT_ENV[impl]}
     if impl == TRITON:  # the user's flags, none of the suite's: its own XLA_FLAGS
         env = {k: v for k, v in os.environ.items() if k != ADDED_XLA_FLAGS}
         return {**env, "XLA_FLAGS": f"{_TRITON_FLAG} {user_xla_flags()}".strip()}
@@ -673,6 +680,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
                    help=f"also time ours with every product XLA's ({XLA_PRODUCTS!r}: "
                         "DENSE_RNN_BLAS=off), in a worker of its own: a paired ratio of ours' "
                         "BLAS products (dense_rnn/blas.py, on Intel CPUs) against XLA's")
+    p.add_argument("--xla_scans_peer", action="store_true",
+                   help=f"also time ours with the LSTM scans XLA's ({XLA_SCANS!r}: "
+                        "DENSE_RNN_LSTM_KERNEL=off), in a worker of its own: a paired ratio "
+                        "of ours' C++ LSTM kernel (dense_rnn/lstm_kernel.py, on Intel CPUs) "
+                        "against XLA's scans")
     p.add_argument("--probe", nargs=2, metavar=("WORKLOAD", "IMPL"), help=argparse.SUPPRESS)
     p.add_argument("--serve", nargs=2, metavar=("WORKLOAD", "IMPL"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -701,7 +713,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         p.error("--parallel_builds starts each implementation in a process of its own: "
                 "drop --no-isolated (or --quick)")
     parallel = isolated if a.parallel_builds is None else a.parallel_builds
-    for peer in ("triton_peer", "xla_products_peer"):
+    for peer in ("triton_peer", "xla_products_peer", "xla_scans_peer"):
         if getattr(a, peer) and not isolated:
             p.error(f"--{peer} runs ours in another environment, which needs a process of "
                     "its own: drop --no-isolated (or --quick)")
@@ -730,7 +742,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         if not has_torch:
             w = dataclasses.replace(w, impls={k: v for k, v in w.impls.items()
                                               if "torch" not in k})
-        for variant, wanted in ((TRITON, a.triton_peer), (XLA_PRODUCTS, a.xla_products_peer)):
+        for variant, wanted in ((TRITON, a.triton_peer), (XLA_PRODUCTS, a.xla_products_peer),
+                                (XLA_SCANS, a.xla_scans_peer)):
             w = with_variant(w, variant) if wanted else w
         if a.impls:  # ours, the rooflines and the variants asked for are always kept
             keep = {*a.impls.split(","), OURS, *VARIANTS}
@@ -742,8 +755,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         for r in rows:  # each probe builds alone: its build figures replace side-by-side ones
             if r["impl"] == TRITON:  # results.json's environment is the suite's, not its
                 r["xla_flags"] = worker_env(TRITON)["XLA_FLAGS"]
-            if r["impl"] == XLA_PRODUCTS:
-                r["dense_rnn_blas"] = "off"
+            r.update({k.lower(): v for k, v in _VARIANT_ENV.get(r["impl"], {}).items()})
             probed = peak_memory(name, r["impl"]) if memory else {}
             r.update(probed, built_alone=not parallel or "setup_s" in probed)
         results.append({"workload": w.name, "unit": w.unit, "lm": w.lm, "flops": w.flops,

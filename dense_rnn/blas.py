@@ -3,11 +3,10 @@
 On Intel Xeons XLA's float32 products run at 0.7-0.9x the rate of the BLAS libraries
 (``benchmarks/RESULTS.md``, items 37-39); on AMD EPYCs XLA's are the faster. So on an Intel
 CPU the large float32 products of ``dense_rnn.precision`` call ``sgemm`` from the OpenBLAS
-that NumPy ships, with no copies: ``csrc/blas_gemm.cc`` is an XLA FFI handler that splits
-the product into row blocks over XLA's own intra-op threads, one single-threaded ``sgemm``
-each. The handler is compiled on first use (a C++ compiler and JAX's FFI headers, a few
-seconds) into ``$DENSE_RNN_CACHE`` (default ``~/.cache/dense_rnn``); where that or
-NumPy's OpenBLAS is missing, the products stay XLA's.
+that NumPy ships, with no copies: ``csrc/blas_gemm.cc`` is an XLA FFI handler (built by
+``dense_rnn.native``) that splits the product into row blocks over XLA's own intra-op
+threads, one single-threaded ``sgemm`` each. Where the handler or NumPy's OpenBLAS is
+missing, the products stay XLA's.
 
 ``DENSE_RNN_BLAS``: ``auto`` (default: Intel x86-64 Linux CPUs), ``on`` (any x86-64 Linux
 CPU), ``off``.
@@ -18,45 +17,25 @@ from __future__ import annotations
 import ctypes
 import functools
 import glob
-import hashlib
 import logging
 import os
-import platform
-import subprocess
-import sys
-import tempfile
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dense_rnn.errors import UserError
+from dense_rnn import native
 
-TARGET = __name__.replace(".", "_") + "_sgemm"  # a copy of the package under another name
-# (benchmarks.ab's) registers its own
-MODES = ("auto", "on", "off")
+TARGET = native.target("sgemm")
 # Products with fewer multiply-adds stay XLA's: (700, 200) x (200, 800), 112M, ran at
 # 0.86-0.92x XLA's rate through the handler (RESULTS.md, item 39).
 MIN_MACS = 1 << 27
-_SOURCE = os.path.join(os.path.dirname(__file__), "csrc", "blas_gemm.cc")
 _log = logging.getLogger(__name__)
 
 
 def mode() -> str:
-    """``DENSE_RNN_BLAS``, one of ``MODES``; an unknown value raises ``UserError``."""
-    value = os.environ.get("DENSE_RNN_BLAS", "auto").strip().lower() or "auto"
-    if value not in MODES:
-        raise UserError(f"DENSE_RNN_BLAS={value}: use one of {', '.join(MODES)}")
-    return value
-
-
-@functools.cache
-def _intel() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return "GenuineIntel" in f.read(1 << 16)
-    except OSError:
-        return False
+    """``DENSE_RNN_BLAS``, one of ``native.MODES``; an unknown value raises ``UserError``."""
+    return native.mode("DENSE_RNN_BLAS")
 
 
 def _openblas() -> ctypes.CDLL:
@@ -68,47 +47,22 @@ def _openblas() -> ctypes.CDLL:
     return ctypes.CDLL(found[0])
 
 
-def _build() -> str:
-    """The compiled handler's path, built into the cache unless it is there already."""
-    include = jax.ffi.include_dir()
-    with open(_SOURCE, "rb") as f:
-        key = hashlib.sha256(f.read() + include.encode() + jax.__version__.encode()).hexdigest()
-    cache = os.environ.get("DENSE_RNN_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "dense_rnn")
-    path = os.path.join(cache, f"blas_gemm-{key[:16]}.so")
-    if os.path.exists(path):
-        return path
-    os.makedirs(cache, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache)
-    os.close(fd)
-    cmd = [os.environ.get("CXX", "c++"), "-O2", "-std=c++17", "-shared", "-fPIC",
-           "-w", f"-I{include}", _SOURCE, "-o", tmp]
-    try:
-        subprocess.run(cmd, check=True, capture_output=True, text=True)
-        os.replace(tmp, path)  # atomic: concurrent builders each leave a whole file
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    return path
-
-
 @functools.cache
 def _handler() -> bool:
-    """Builds, loads and registers the handler once; why it cannot is logged once."""
+    """Hands NumPy's OpenBLAS to the compiled handler once; why it cannot is logged once."""
+    lib = native.library()
     try:
-        blas, handler = _openblas(), ctypes.CDLL(_build())
-        handler.dense_rnn_set_blas(ctypes.cast(blas.scipy_cblas_sgemm64_, ctypes.c_void_p),
-                                   ctypes.cast(blas.openblas_set_num_threads_local,
-                                               ctypes.c_void_p))
-    except (OSError, AttributeError, subprocess.CalledProcessError) as e:
-        why = (e.stderr or "").strip().splitlines()[-1:] if isinstance(
-            e, subprocess.CalledProcessError) else [str(e)]
+        if isinstance(lib, str):
+            raise OSError(lib)
+        blas = _openblas()
+        lib.dense_rnn_set_blas(ctypes.cast(blas.scipy_cblas_sgemm64_, ctypes.c_void_p),
+                               ctypes.cast(blas.openblas_set_num_threads_local,
+                                           ctypes.c_void_p))
+    except (OSError, AttributeError) as e:
         _log.log(logging.WARNING if mode() == "on" else logging.INFO,
                  "dense_rnn: float32 products stay XLA's; the BLAS handler is unavailable: %s",
-                 why[0] if why else e)
+                 e)
         return False
-    jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(handler.DenseRnnSgemm),
-                                platform="cpu")
     return True
 
 
@@ -117,17 +71,9 @@ def available() -> bool:
     ``DENSE_RNN_BLAS`` says, on x86-64 Linux with JAX's default backend the CPU, where the
     handler builds and loads."""
     wanted = mode()
-    if wanted == "off" or not (sys.platform.startswith("linux")
-                               and platform.machine() == "x86_64"
-                               and jax.default_backend() == "cpu"):
+    if wanted == "off" or not native.cpu_backend():
         return False
-    return (wanted == "on" or _intel()) and _handler()
-
-
-def note(compute_dtype: str) -> str:
-    """What a binary's start-up line adds: where its float32 products run ("" if XLA)."""
-    return (", large products through OpenBLAS" if compute_dtype == "float32" and available()
-            else "")
+    return (wanted == "on" or native.intel()) and _handler()
 
 
 def applies(a: jax.Array, b: jax.Array, macs: int) -> bool:

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import DTypeLike
 
-from dense_rnn import cells, precision
+from dense_rnn import cells, lstm_kernel, precision
 
 Array = jax.Array
 Initializer = Callable[..., Array]
@@ -271,9 +271,28 @@ def _lstm_forward(
     rmask: Array | None,
     unroll: int,
     save: bool,
-) -> tuple[tuple[Array, Array], Array, tuple[Array, Array, Array, Array] | None]:
+) -> tuple[tuple[Array, Array], Array, lstm_kernel.Residuals | None]:
     """The LSTM scan of ``cells.lstm_step`` (its gates and ``cells.lstm_update``); with
-    ``save`` it also returns per step the residuals its backward pass needs."""
+    ``save`` it also returns per step the residuals its backward pass needs. In float32 on
+    an Intel CPU, one call of the C++ kernel (``lstm_kernel``)."""
+    xla = functools.partial(_xla_lstm_forward, unroll=unroll, save=save)
+    if not lstm_kernel.applies(w_hh, xs, *carry, rmask):
+        return xla(w_hh, xs, carry, mask, rmask)
+    return jax.lax.platform_dependent(
+        w_hh, xs, carry, mask, rmask, default=xla,
+        cpu=functools.partial(lstm_kernel.forward, save=save))
+
+
+def _xla_lstm_forward(
+    w_hh: Array,
+    xs: Array,
+    carry: tuple[Array, Array],
+    mask: Array | None,
+    rmask: Array | None,
+    unroll: int,
+    save: bool,
+) -> tuple[tuple[Array, Array], Array, lstm_kernel.Residuals | None]:
+    """``_lstm_forward`` as a ``lax.scan`` of XLA's kernels."""
 
     def body(
         carry: tuple[Array, Array], inputs: tuple[Array, Array | None]
@@ -307,7 +326,8 @@ def lstm_scan(w_hh: Array, xs: Array, carry: tuple[Array, Array], mask: Array | 
     forward scan computes all four gates in one elementwise pass and saves them as one
     array. The backward scan carries only ``(dc, dh)`` and emits the gate gradients ``dz``;
     the weight gradient is then one matrix product over all steps, ``sum_t h_{t-1}^T dz_t``,
-    instead of a small product accumulated at every step.
+    instead of a small product accumulated at every step. In float32 on an Intel CPU each of
+    the two scans is one call of a C++ kernel (``lstm_kernel``) with the same arithmetic.
     """
     carry, ys, _ = _lstm_forward(w_hh, xs, carry, mask, rmask, unroll, save=False)
     return carry, ys
@@ -330,7 +350,37 @@ def _lstm_scan_bwd(
     unroll: int, residuals: tuple, cotangents: tuple[tuple[Array, Array], Array]
 ) -> tuple[Array, Array, tuple[Array, Array], None, Array | None]:
     w_hh, xs_dtype, mask, rmask, res = residuals
-    (dc_last, dh_last), dys = cotangents
+    dcarry, dys = cotangents
+    xla = functools.partial(_xla_lstm_backward, unroll=unroll)
+    if lstm_kernel.applies(w_hh, dys, *dcarry, rmask, *res):
+        dzs, (dc0, dh0), drmask = jax.lax.platform_dependent(
+            w_hh, dys, dcarry, mask, rmask, res, cpu=lstm_kernel.backward, default=xla)
+    else:
+        dzs, (dc0, dh0), drmask = xla(w_hh, dys, dcarry, mask, rmask, res)
+    if rmask is not None:  # a mask broadcast against h (one (batch, H) mask for D
+        # directions, say) gets its gradient summed over the axes it was broadcast along
+        drmask = _sum_to_shape(drmask, rmask.shape).astype(rmask.dtype)
+    h_prev = res[-1] if rmask is None else res[-1] * rmask
+    dw = jax.vmap(_sum_over_steps, in_axes=1) if w_hh.ndim == 3 else _sum_over_steps
+    # each gradient in its primal's dtype (a float32 carry under bfloat16 weights, say)
+    dcarry = (dc0.astype(res[1].dtype), dh0.astype(res[-1].dtype))
+    return (dw(h_prev, dzs).astype(w_hh.dtype), dzs.astype(xs_dtype.dtype), dcarry, None,
+            drmask)
+
+
+def _xla_lstm_backward(
+    w_hh: Array,
+    dys: Array,
+    dcarry: tuple[Array, Array],
+    mask: Array | None,
+    rmask: Array | None,
+    res: lstm_kernel.Residuals,
+    unroll: int,
+) -> tuple[Array, tuple[Array, Array], Array | None]:
+    """The backward scan of ``lstm_scan`` as a ``lax.scan`` of XLA's kernels: the gates'
+    gradients ``dzs``, the initial carry's cotangents and, with ``rmask``, its gradient
+    at the carry's shape."""
+    dc_last, dh_last = dcarry
 
     def body(
         carry: tuple[Array, Array, Array | None],
@@ -356,20 +406,11 @@ def _lstm_scan_bwd(
             dh_in = dh_in * rmask
         return (dc + dc_new * f, dh + dh_in, drmask), dz
 
-    # a mask broadcast against h (one (batch, H) mask for D directions, say) gets its
-    # gradient summed over the axes it was broadcast along
     drmask0 = None if rmask is None else jnp.zeros(
         dh_last.shape, jnp.promote_types(rmask.dtype, dh_last.dtype))
     (dc0, dh0, drmask), dzs = jax.lax.scan(
         body, (dc_last, dh_last, drmask0), (dys, mask, res), reverse=True, unroll=unroll)
-    if rmask is not None:
-        drmask = _sum_to_shape(drmask, rmask.shape).astype(rmask.dtype)
-    h_prev = res[-1] if rmask is None else res[-1] * rmask
-    dw = jax.vmap(_sum_over_steps, in_axes=1) if w_hh.ndim == 3 else _sum_over_steps
-    # each gradient in its primal's dtype (a float32 carry under bfloat16 weights, say)
-    dcarry = (dc0.astype(res[1].dtype), dh0.astype(res[-1].dtype))
-    return (dw(h_prev, dzs).astype(w_hh.dtype), dzs.astype(xs_dtype.dtype), dcarry, None,
-            drmask)
+    return dzs, (dc0, dh0), drmask
 
 
 def _sum_to_shape(x: Array, shape: tuple[int, ...]) -> Array:

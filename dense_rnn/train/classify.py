@@ -37,7 +37,7 @@ import optax
 from flax import traverse_util
 from jax.sharding import Mesh
 
-from dense_rnn import blas, files, parallel, precision
+from dense_rnn import files, native, parallel, precision
 from dense_rnn.configs.classifier import ClassifierConfig
 from dense_rnn.configs.families import all_configs as all_configs
 from dense_rnn.configs.families import get_config as get_config
@@ -249,7 +249,7 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
         live = sys.stdout.isatty()  # a live step counter on terminals only
         log(f"{title}: {n_total - n_embed:,} parameters + {n_embed:,} embedding, "
             f"{steps_per_epoch} steps/epoch, device {metrics.device_description(mesh.size)}, data "
-            f"parallel over {mesh.size}, {c.compute_dtype} compute{blas.note(c.compute_dtype)}")
+            f"parallel over {mesh.size}, {c.compute_dtype} compute{native.note(c.compute_dtype)}")
 
         n_train = len(data.ids["train"])
 

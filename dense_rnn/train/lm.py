@@ -26,7 +26,7 @@ import numpy as np
 import optax
 from jax.sharding import Mesh
 
-from dense_rnn import blas, parallel, precision
+from dense_rnn import native, parallel, precision
 from dense_rnn.configs.ptb import LMConfig
 from dense_rnn.data import ptb
 from dense_rnn.errors import Interrupted, UserError
@@ -259,7 +259,7 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
         n_params = metrics.count_params(state["params"])
         log(f"config {c.name}: {n_params:,} parameters, {steps_per_epoch} steps/epoch, "
             f"device {metrics.device_description(mesh.size)}, data parallel over {mesh.size}, "
-            f"{c.compute_dtype} compute{blas.note(c.compute_dtype)}")
+            f"{c.compute_dtype} compute{native.note(c.compute_dtype)}")
         writer = metrics.MetricsWriter(workdir, progress.global_step)
         train_step = make_train_step(model, tx, c.seed, compute_dtype, mesh)
         eval_step = make_eval_step(model, compute_dtype)

@@ -1,0 +1,443 @@
+// The float32 LSTM recurrence as XLA FFI handlers (dense_rnn/lstm_kernel.py): the forward
+// scan of recurrent.lstm_scan, with the residuals its backward needs, and that backward
+// scan, each one call for the whole sequence.
+//
+// What XLA runs as ~16 kernels a step (the product h @ W_hh, the gates, the state update,
+// the masks) is here one loop over the steps. The recurrent weight is packed once a call
+// into panels that a register-tiled product streams at every step, and the gates and the
+// state update of a tile are computed while its products are still in registers' reach.
+// The hidden units are split between the calling thread and tasks on XLA's intra-op pool;
+// each thread packs and keeps its own units' panels, and the threads meet once a step, at
+// a barrier, because the next step's product reads every unit's new state.
+//
+// The arithmetic is cells.lstm_gates / cells.lstm_update and recurrent._lstm_scan_bwd's,
+// with tanh as XLA's CPU backend and Eigen compute it (the same rational approximation).
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+#if defined(__AVX512F__)
+constexpr int kVL = 16;  // floats in a vector register
+constexpr int kMR = 10;  // rows of a register tile: 2 * kMR accumulators of 32 registers
+#else
+constexpr int kVL = 8;
+constexpr int kMR = 6;  // 2 * kMR accumulators of 16 registers
+#endif
+constexpr int kNR = 2 * kVL;  // columns of a register tile: a panel's width
+constexpr int kUnits = kNR / 4;  // hidden units of a forward panel (its 4 gates each)
+
+typedef float Vec __attribute__((vector_size(kVL * 4), aligned(4)));
+
+using Buffer = ffi::Buffer<ffi::F32>;
+using Result = ffi::ResultBuffer<ffi::F32>;
+
+// tanh(x) as Eigen's generic_fast_tanh_float (a 13/6 rational function on [-c, c]).
+inline float Tanh(float x) {
+  constexpr float c = 7.90531110763549805f;
+  x = std::clamp(x, -c, c);
+  const float x2 = x * x;
+  float p = -2.76076847742355e-16f;
+  p = p * x2 + 2.00018790482477e-13f;
+  p = p * x2 - 8.60467152213735e-11f;
+  p = p * x2 + 5.12229709037114e-08f;
+  p = p * x2 + 1.48572235717979e-05f;
+  p = p * x2 + 6.37261928875436e-04f;
+  p = p * x2 + 4.89352455891786e-03f;
+  float q = 1.19825839466702e-06f;
+  q = q * x2 + 1.18534705686654e-04f;
+  q = q * x2 + 2.26843463243900e-03f;
+  q = q * x2 + 4.89352518554385e-03f;
+  return std::abs(x) < 0.0004f ? x : x * p / q;
+}
+
+// out[r][0:kNR] = sum_k a[k * lda + r] * panel[k][0:kNR] for r < R: a register tile.
+template <int R>
+void Tile(const float* a, int64_t lda, const float* panel, int64_t k_size, float* out) {
+  Vec acc0[R], acc1[R];
+  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = Vec{};
+  for (int64_t k = 0; k < k_size; ++k) {
+    const Vec w0 = *reinterpret_cast<const Vec*>(panel + k * kNR);
+    const Vec w1 = *reinterpret_cast<const Vec*>(panel + k * kNR + kVL);
+    const float* ak = a + k * lda;
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      acc0[r] += ak[r] * w0;
+      acc1[r] += ak[r] * w1;
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    *reinterpret_cast<Vec*>(out + r * kNR) = acc0[r];
+    *reinterpret_cast<Vec*>(out + r * kNR + kVL) = acc1[r];
+  }
+}
+
+// dst[0:n] = src[0:n] for n <= kUnits, without a call to memmove.
+inline void Copy(const float* src, int n, float* dst) {
+  if (n == kUnits) {
+    for (int q = 0; q < kUnits; ++q) dst[q] = src[q];
+  } else {
+    for (int q = 0; q < n; ++q) dst[q] = src[q];
+  }
+}
+
+using TileFn = void (*)(const float*, int64_t, const float*, int64_t, float*);
+
+template <int... R>
+constexpr auto MakeTiles(std::integer_sequence<int, R...>) {
+  return std::array<TileFn, sizeof...(R)>{&Tile<R + 1>...};
+}
+constexpr auto kTiles = MakeTiles(std::make_integer_sequence<int, kMR>{});
+
+// A buffer of at least n floats for the calling thread, kept for its next call: the
+// packed weights would otherwise be fresh pages, faulted in at every call.
+float* Scratch(int64_t n) {
+  thread_local std::vector<float> buffer;
+  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(n);
+  return buffer.data();
+}
+
+// Runs body(i) on threads 0..count-1: the caller is thread 0, tasks on the pool the rest.
+template <typename Body>
+void OnThreads(ffi::ThreadPool& pool, int count, Body body) {
+  auto done = std::make_shared<std::atomic<int>>(0);
+  for (int i = 1; i < count; ++i) {
+    pool.Schedule([=] {
+      body(i);
+      done->fetch_add(1);
+    });
+  }
+  body(0);
+  while (done->load() < count - 1) std::this_thread::yield();
+}
+
+// A reusable barrier for a fixed number of spinning threads.
+class Barrier {
+ public:
+  explicit Barrier(int count) : count_(count) {}
+  void Wait() {
+    const int phase = phase_.load();
+    if (arrived_.fetch_add(1) == count_ - 1) {
+      arrived_.store(0);
+      phase_.store(phase + 1);
+      return;
+    }
+    for (int spins = 0; phase_.load() == phase; ++spins) {
+      if (spins > 64) std::this_thread::yield();
+    }
+  }
+
+ private:
+  const int count_;
+  std::atomic<int> arrived_{0}, phase_{0};
+};
+
+int Threads(ffi::ThreadPool& pool, int64_t panels) {
+  return static_cast<int>(std::clamp<int64_t>(std::min<int64_t>(pool.num_threads(), panels), 1, 64));
+}
+
+ffi::Error Check(bool ok, const char* what) {
+  return ok ? ffi::Error::Success() : ffi::Error::InvalidArgument(what);
+}
+
+// Forward. w (H, 4H); xs (T, B, 4H); c0, h0 (B, H); mask (T, B) or empty; rmask (B, H) or
+// empty. Results: ys (T, B, H), c, h (B, H) and, unless empty, the residuals acts (T, B,
+// 4H), c_prev, tc, h_prev (T, B, H) of recurrent._lstm_forward.
+ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xs, Buffer c0, Buffer h0, Buffer mask,
+                   Buffer rmask, Result ys, Result c_out, Result h_out, Result acts,
+                   Result c_prev, Result tc_out, Result h_prev) {
+  if (w.dimensions().size() != 2 || xs.dimensions().size() != 3) {
+    return ffi::Error::InvalidArgument("dense_rnn_lstm_forward: w is (H, 4H), xs (T, B, 4H)");
+  }
+  const int64_t H = w.dimensions()[0], G = 4 * H, T = xs.dimensions()[0],
+                B = xs.dimensions()[1];
+  const bool masked = mask.element_count() > 0, dropped = rmask.element_count() > 0,
+             save = acts->element_count() > 0;
+  if (auto e = Check(w.dimensions()[1] == G && xs.dimensions()[2] == G &&
+                         c0.element_count() == B * H && h0.element_count() == B * H &&
+                         (!masked || mask.element_count() == T * B) &&
+                         (!dropped || rmask.element_count() == B * H) &&
+                         ys->element_count() == T * B * H &&
+                         (!save || (acts->element_count() == T * B * G &&
+                                    c_prev->element_count() == T * B * H &&
+                                    tc_out->element_count() == T * B * H &&
+                                    h_prev->element_count() == T * B * H)),
+                     "dense_rnn_lstm_forward: operand shapes differ");
+      e.failure()) {
+    return e;
+  }
+  float* c = c_out->typed_data();
+  float* h = h_out->typed_data();
+  std::copy_n(c0.typed_data(), B * H, c);
+  std::copy_n(h0.typed_data(), B * H, h);
+  if (T == 0 || B == 0 || H == 0) return ffi::Error::Success();
+  const float* pw = w.typed_data();
+  const float* px = xs.typed_data();
+  const float* pm = masked ? mask.typed_data() : nullptr;
+  const float* pr = dropped ? rmask.typed_data() : nullptr;
+  float* py = ys->typed_data();
+
+  const int64_t panels = (H + kUnits - 1) / kUnits, h_pad = panels * kUnits;
+  const int threads = Threads(pool, panels);
+  std::vector<float> ht[2] = {std::vector<float>(h_pad * B), std::vector<float>(h_pad * B)};
+  Barrier barrier(threads);
+
+  OnThreads(pool, threads, [&](int thread) {
+    const int64_t lo = panels * thread / threads, hi = panels * (thread + 1) / threads;
+    float* packed = Scratch((hi - lo) * H * kNR) - lo * H * kNR;  // this thread's panels
+    // panel j, row k: the 4 gates of units j * kUnits + q, gate-major: W[k][g * H + u]
+    for (int64_t k = 0; k < H; ++k) {  // W row by row, for the TLB's sake
+      for (int64_t j = lo; j < hi; ++j) {
+        const int units = static_cast<int>(std::min<int64_t>(kUnits, H - j * kUnits));
+        for (int g = 0; g < 4; ++g) {
+          float* p = packed + (j * H + k) * kNR + g * kUnits;
+          Copy(pw + k * G + g * H + j * kUnits, units, p);
+          std::fill(p + units, p + kUnits, 0.f);
+        }
+      }
+    }
+    for (int64_t j = lo; j < hi; ++j) {
+      for (int64_t u = j * kUnits; u < (j + 1) * kUnits; ++u) {  // h_0 (times the mask)
+        for (int64_t r = 0; r < B; ++r) {
+          ht[0][u * B + r] = u < H ? h[r * H + u] * (pr ? pr[r * H + u] : 1.f) : 0.f;
+        }
+      }
+    }
+    alignas(64) float tile[kMR * kNR];
+    barrier.Wait();
+    for (int64_t t = 0; t < T; ++t) {
+      const float* a = ht[t % 2].data();
+      float* a_next = ht[(t + 1) % 2].data();
+      for (int64_t r0 = 0; r0 < B; r0 += kMR) {
+        const int rows = static_cast<int>(std::min<int64_t>(kMR, B - r0));
+        for (int64_t j = lo; j < hi; ++j) {
+          kTiles[rows - 1](a + r0, B, packed + j * H * kNR, H, tile);
+          const int64_t u0 = j * kUnits;
+          const int units = static_cast<int>(std::min<int64_t>(kUnits, H - u0));
+          for (int i = 0; i < rows; ++i) {
+            const int64_t r = r0 + i, row = t * B + r;
+            float* z = tile + i * kNR;
+            const float* x = px + row * G + u0;
+            for (int g = 0; g < 4; ++g) {
+              for (int q = 0; q < units; ++q) z[g * kUnits + q] += x[g * H + q];
+            }
+            for (int q = 0; q < kNR; ++q) {  // the gates: cells.lstm_gates
+              const float s = q / kUnits == 2 ? 1.f : 0.5f;
+              z[q] = s * Tanh(s * z[q]) + (1.f - s);
+            }
+            float* cr = c + r * H + u0;
+            float* hr = h + r * H + u0;
+            alignas(64) float c_old[kUnits] = {}, c_new[kUnits], tc[kUnits], h_new[kUnits];
+            Copy(cr, units, c_old);
+            for (int q = 0; q < kUnits; ++q) {  // the state update: cells.lstm_update
+              c_new[q] = z[kUnits + q] * c_old[q] + z[q] * z[2 * kUnits + q];
+              tc[q] = Tanh(c_new[q]);
+              h_new[q] = z[3 * kUnits + q] * tc[q];
+            }
+            if (save) {
+              float* ac = acts->typed_data() + row * G + u0;
+              for (int g = 0; g < 4; ++g) Copy(z + g * kUnits, units, ac + g * H);
+              Copy(c_old, units, c_prev->typed_data() + row * H + u0);
+              Copy(tc, units, tc_out->typed_data() + row * H + u0);
+              Copy(hr, units, h_prev->typed_data() + row * H + u0);
+            }
+            const bool keep = pm == nullptr || pm[row] != 0.f;
+            if (keep) Copy(c_new, units, cr), Copy(h_new, units, hr);
+            float* y = py + row * H + u0;
+            if (keep) {
+              Copy(h_new, units, y);
+            } else {
+              for (int q = 0; q < units; ++q) y[q] = 0.f;
+            }
+            float* an = a_next + u0 * B + r;
+            if (pr != nullptr) {
+              for (int q = 0; q < units; ++q) an[q * B] = hr[q] * pr[r * H + u0 + q];
+            } else {
+              for (int q = 0; q < units; ++q) an[q * B] = hr[q];
+            }
+          }
+        }
+      }
+      barrier.Wait();
+    }
+  });
+  return ffi::Error::Success();
+}
+
+// Backward. w (H, 4H); dys (T, B, H); dc, dh (B, H), the final carry's cotangents; mask,
+// rmask as Forward's; the residuals acts, c_prev, tc, h_prev. Results: dzs (T, B, 4H), the
+// gates' gradients; dc0, dh0 (B, H); drmask (B, H), or empty without rmask.
+ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dc_last, Buffer dh_last,
+                    Buffer mask, Buffer rmask, Buffer acts, Buffer c_prev, Buffer tc,
+                    Buffer h_prev, Result dzs, Result dc_out, Result dh_out, Result drmask) {
+  if (w.dimensions().size() != 2 || dys.dimensions().size() != 3) {
+    return ffi::Error::InvalidArgument("dense_rnn_lstm_backward: w is (H, 4H), dys (T, B, H)");
+  }
+  const int64_t H = w.dimensions()[0], G = 4 * H, T = dys.dimensions()[0],
+                B = dys.dimensions()[1];
+  const bool masked = mask.element_count() > 0, dropped = rmask.element_count() > 0;
+  if (auto e = Check(w.dimensions()[1] == G && dys.dimensions()[2] == H &&
+                         dc_last.element_count() == B * H && dh_last.element_count() == B * H &&
+                         (!masked || mask.element_count() == T * B) &&
+                         (!dropped || (rmask.element_count() == B * H &&
+                                       drmask->element_count() == B * H)) &&
+                         acts.element_count() == T * B * G && c_prev.element_count() == T * B * H &&
+                         tc.element_count() == T * B * H && h_prev.element_count() == T * B * H &&
+                         dzs->element_count() == T * B * G,
+                     "dense_rnn_lstm_backward: operand shapes differ");
+      e.failure()) {
+    return e;
+  }
+  float* dc = dc_out->typed_data();
+  float* dh = dh_out->typed_data();
+  std::copy_n(dc_last.typed_data(), B * H, dc);
+  std::copy_n(dh_last.typed_data(), B * H, dh);
+  float* pdr = dropped ? drmask->typed_data() : nullptr;
+  if (pdr) std::fill_n(pdr, B * H, 0.f);
+  if (T == 0 || B == 0 || H == 0) return ffi::Error::Success();
+  const float* pw = w.typed_data();
+  const float* pm = masked ? mask.typed_data() : nullptr;
+  const float* pr = dropped ? rmask.typed_data() : nullptr;
+
+  // the product dh_in = dz @ W^T: panels of kNR units over W^T's 4H rows
+  const int64_t panels = (H + kNR - 1) / kNR;
+  const int threads = Threads(pool, panels);
+  std::vector<float> dzt[2] = {std::vector<float>(G * B), std::vector<float>(G * B)};
+  std::vector<float> dh_pass(B * H);
+  Barrier barrier(threads);
+
+  OnThreads(pool, threads, [&](int thread) {
+    const int64_t lo = panels * thread / threads, hi = panels * (thread + 1) / threads;
+    const int64_t u_lo = lo * kNR, u_hi = std::min(hi * kNR, H);
+    float* packed = Scratch((hi - lo) * G * kNR) - lo * G * kNR;  // this thread's panels
+    for (int64_t j = lo; j < hi; ++j) {
+      float* p = packed + j * G * kNR;
+      for (int64_t k = 0; k < G; ++k) {
+        for (int q = 0; q < kNR; ++q) {
+          const int64_t u = j * kNR + q;
+          p[k * kNR + q] = u < H ? pw[u * G + k] : 0.f;
+        }
+      }
+    }
+    alignas(64) float tile[kMR * kNR];
+    for (int64_t t = T - 1; t >= 0; --t) {
+      float* a = dzt[t % 2].data();
+      // the gates' gradients of this thread's units: recurrent._lstm_scan_bwd's
+      for (int64_t r = 0; r < B; ++r) {
+        const int64_t row = t * B + r, x = row * H;
+        const int64_t at = r * H;
+        const bool keep = pm == nullptr || pm[row] != 0.f;
+        const float* ai = acts.typed_data() + row * G;
+        const float *af = ai + H, *ag = ai + 2 * H, *ao = ai + 3 * H;
+        const float* tcr = tc.typed_data() + x;
+        const float* cpr = c_prev.typed_data() + x;
+        const float* dyr = dys.typed_data() + x;
+        float* dzi = dzs->typed_data() + row * G;
+        float *dzf = dzi + H, *dzg = dzi + 2 * H, *dzo = dzi + 3 * H;
+        float* dhr = dh + at;
+        float* dcr = dc + at;
+        float* dhp = dh_pass.data() + at;
+        if (keep) {
+          auto gates = [&](auto v, int64_t u) {  // v: a float or a Vec, for units u...
+            using V = decltype(v);
+            auto at = [u](const float* p) {  // unaligned, as memcpy
+              V x;
+              std::memcpy(&x, p + u, sizeof x);
+              return x;
+            };
+            auto put = [u](float* p, V x) { std::memcpy(p + u, &x, sizeof x); };
+            const V ig = at(ai), fg = at(af), gg = at(ag), og = at(ao), tcv = at(tcr);
+            const V dho = at(dhr) + at(dyr);
+            const V dc_new = at(dcr) + dho * og * (1.f - tcv * tcv);
+            put(dzi, dc_new * gg * ig * (1.f - ig));
+            put(dzf, dc_new * at(cpr) * fg * (1.f - fg));
+            put(dzg, dc_new * ig * (1.f - gg * gg));
+            put(dzo, dho * tcv * og * (1.f - og));
+            put(dhp, V{});
+            put(dcr, dc_new * fg);
+          };
+          int64_t u = u_lo;
+          for (; u + kVL <= u_hi; u += kVL) gates(Vec{}, u);
+          for (; u < u_hi; ++u) gates(0.f, u);
+        } else {  // padding: no gradient for its gates, the carry's passed on
+          for (int g = 0; g < 4; ++g) std::fill(dzi + g * H + u_lo, dzi + g * H + u_hi, 0.f);
+          std::copy(dhr + u_lo, dhr + u_hi, dhp + u_lo);
+        }
+        for (int g = 0; g < 4; ++g) {
+          for (int64_t u = u_lo; u < u_hi; ++u) a[(g * H + u) * B + r] = dzi[g * H + u];
+        }
+      }
+      barrier.Wait();
+      for (int64_t r0 = 0; r0 < B; r0 += kMR) {
+        const int rows = static_cast<int>(std::min<int64_t>(kMR, B - r0));
+        for (int64_t j = lo; j < hi; ++j) {
+          kTiles[rows - 1](a + r0, B, packed + j * G * kNR, G, tile);
+          const int64_t u0 = j * kNR;
+          const int units = static_cast<int>(std::min<int64_t>(kNR, H - u0));
+          for (int i = 0; i < rows; ++i) {
+            const int64_t r = r0 + i;
+            for (int q = 0; q < units; ++q) {
+              const int64_t at = r * H + u0 + q;
+              float dh_in = tile[i * kNR + q];
+              if (pr) {
+                pdr[at] += h_prev.typed_data()[(t * B + r) * H + u0 + q] * dh_in;
+                dh_in *= pr[at];
+              }
+              dh[at] = dh_pass[at] + dh_in;
+            }
+          }
+        }
+      }
+    }
+  });
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DenseRnnLstmForward, Forward,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<Buffer>()  // w
+                                  .Arg<Buffer>()  // xs
+                                  .Arg<Buffer>()  // c0
+                                  .Arg<Buffer>()  // h0
+                                  .Arg<Buffer>()  // mask
+                                  .Arg<Buffer>()  // rmask
+                                  .Ret<Buffer>()  // ys
+                                  .Ret<Buffer>()  // c
+                                  .Ret<Buffer>()  // h
+                                  .Ret<Buffer>()  // acts
+                                  .Ret<Buffer>()  // c_prev
+                                  .Ret<Buffer>()  // tc
+                                  .Ret<Buffer>());  // h_prev
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DenseRnnLstmBackward, Backward,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<Buffer>()  // w
+                                  .Arg<Buffer>()  // dys
+                                  .Arg<Buffer>()  // dc
+                                  .Arg<Buffer>()  // dh
+                                  .Arg<Buffer>()  // mask
+                                  .Arg<Buffer>()  // rmask
+                                  .Arg<Buffer>()  // acts
+                                  .Arg<Buffer>()  // c_prev
+                                  .Arg<Buffer>()  // tc
+                                  .Arg<Buffer>()  // h_prev
+                                  .Ret<Buffer>()  // dzs
+                                  .Ret<Buffer>()  // dc0
+                                  .Ret<Buffer>()  // dh0
+                                  .Ret<Buffer>());  // drmask

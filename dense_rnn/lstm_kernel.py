@@ -1,0 +1,107 @@
+"""The float32 LSTM recurrence as one C++ call a sequence, on Intel CPUs.
+
+``recurrent.lstm_scan``'s forward scan (with the residuals its backward needs) and its
+backward scan, each as one XLA FFI call (``csrc/lstm_scan.cc``, built by
+``dense_rnn.native``) in place of ~16 XLA kernels a step: the recurrent weight packed once
+a call for a register-tiled product, the gates and the state update computed beside it,
+the hidden units split over XLA's intra-op threads, which meet once a step. The arithmetic
+is ``cells.lstm_step``'s; ``tests/test_lstm_kernel.py`` checks both calls against the XLA
+scans and float64 NumPy. A bidirectional layer's scan, both directions in one ``lax.scan``,
+stays XLA's: as one call per direction it measured 0.96x (DC-Bi-LSTM, run AG).
+
+``DENSE_RNN_LSTM_KERNEL``: ``auto`` (default: Intel x86-64 Linux CPUs with AVX2), ``on``
+(any x86-64 Linux CPU), ``off`` (XLA's scans).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import jax
+import jax.numpy as jnp
+
+from dense_rnn import native
+
+Array = jax.Array
+Residuals = tuple[Array, Array, Array, Array]  # acts, c_{t-1}, tanh(c_t), h_{t-1}
+_log = logging.getLogger(__name__)
+
+
+def mode() -> str:
+    """``DENSE_RNN_LSTM_KERNEL``, one of ``native.MODES``; an unknown value raises
+    ``UserError``."""
+    return native.mode("DENSE_RNN_LSTM_KERNEL")
+
+
+@functools.cache
+def _loaded() -> bool:
+    lib = native.library()
+    if isinstance(lib, str):
+        _log.log(logging.WARNING if mode() == "on" else logging.INFO,
+                 "dense_rnn: LSTM scans stay XLA's; the C++ kernels are unavailable: %s", lib)
+        return False
+    return True
+
+
+def available() -> bool:
+    """Whether float32 LSTM scans on the CPU run the C++ kernel: as
+    ``DENSE_RNN_LSTM_KERNEL`` says, on x86-64 Linux with JAX's default backend the CPU,
+    where the kernels build and load."""
+    wanted = mode()
+    if wanted == "off" or not native.cpu_backend():
+        return False
+    return (wanted == "on" or (native.intel() and " avx2" in native.cpuinfo())) and _loaded()
+
+
+def applies(w_hh: Array, *arrays: Array | None) -> bool:
+    """Whether ``lstm_scan`` with the recurrent weight ``w_hh`` and these operands runs the
+    kernel: one direction (a 2-D ``w_hh``), all float32, and ``available()``."""
+    return (w_hh.ndim == 2 and all(a is None or a.dtype == jnp.float32 for a in (w_hh, *arrays))
+            and available())
+
+
+def _require() -> None:
+    if isinstance(lib := native.library(), str):
+        raise RuntimeError(f"the C++ LSTM kernel is unavailable: {lib}")
+
+
+def _flat(x: Array | None) -> Array:
+    return jnp.zeros((0,), jnp.float32) if x is None else x.astype(jnp.float32)
+
+
+def _call(name: str, shapes: list[tuple[int, ...]], *args: Array) -> list[Array]:
+    outs = [jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes]
+    return jax.ffi.ffi_call(native.target(name), outs, vmap_method="sequential")(*args)
+
+
+def forward(w_hh: Array, xs: Array, carry: tuple[Array, Array], mask: Array | None,
+            rmask: Array | None, save: bool
+            ) -> tuple[tuple[Array, Array], Array, Residuals | None]:
+    """``recurrent._lstm_forward`` (no ``unroll``) as the kernel: ``(carry, ys, residuals)``,
+    the residuals time-major and ``None`` unless ``save``."""
+    _require()
+    c0, h0 = carry
+    r = None if rmask is None else jnp.broadcast_to(rmask, h0.shape)
+    t, b, g = xs.shape
+    n = g // 4
+    shapes = [(t, b, n), (b, n), (b, n),
+              *([(t, b, g), (t, b, n), (t, b, n), (t, b, n)] if save else [(0,)] * 4)]
+    ys, c, h, *res = _call("lstm_forward", shapes, w_hh, xs, c0, h0, _flat(mask), _flat(r))
+    return (c, h), ys, tuple(res) if save else None
+
+
+def backward(w_hh: Array, dys: Array, dcarry: tuple[Array, Array], mask: Array | None,
+             rmask: Array | None, res: Residuals
+             ) -> tuple[Array, tuple[Array, Array], Array | None]:
+    """The backward scan of ``recurrent._lstm_scan_bwd`` as the kernel: the gates'
+    gradients ``dzs`` (time-major), the initial carry's cotangents and, with ``rmask``,
+    ``sum_t h_{t-1} dh_in_t`` at the carry's shape (``None`` without)."""
+    _require()
+    dc, dh = dcarry
+    r = None if rmask is None else jnp.broadcast_to(rmask, dh.shape)
+    t, b, n = dys.shape
+    shapes = [(t, b, 4 * n), (b, n), (b, n), (b, n) if r is not None else (0,)]
+    dzs, dc0, dh0, drmask = _call("lstm_backward", shapes, w_hh, dys, dc, dh, _flat(mask),
+                                  _flat(r), *res)
+    return dzs, (dc0, dh0), drmask if r is not None else None

@@ -1,0 +1,120 @@
+"""The C++ kernels of ``csrc/``: XLA FFI handlers, compiled on first use and registered.
+
+Every ``csrc/*.cc`` is compiled into one shared library with the system C++ compiler
+(``$CXX``, default ``c++``) and JAX's FFI headers, for the CPU it runs on
+(``-march=native``; a few seconds), and cached in ``$DENSE_RNN_CACHE`` (default
+``~/.cache/dense_rnn``) under a key of the sources, the headers, the JAX version and the
+CPU. Each ``DenseRnnX`` handler is registered as the XLA CPU target ``target("X")``.
+Where no compiler is found or the build fails, ``library()`` says why and the callers
+(``blas``, ``lstm_kernel``) keep XLA's own kernels.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import glob
+import hashlib
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+
+import jax
+
+from dense_rnn.errors import UserError
+
+MODES = ("auto", "on", "off")
+HANDLERS = {"sgemm": "DenseRnnSgemm", "lstm_forward": "DenseRnnLstmForward",
+            "lstm_backward": "DenseRnnLstmBackward"}
+_SOURCES = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "csrc", "*.cc")))
+# a copy of the package under another name (benchmarks.ab's) registers targets of its own
+_PREFIX = __name__.rsplit(".", 1)[0].replace(".", "_")
+
+
+def target(name: str) -> str:
+    """The XLA custom-call target of handler ``name`` (a key of ``HANDLERS``)."""
+    return f"{_PREFIX}_{name}"
+
+
+def mode(variable: str) -> str:
+    """The environment ``variable``'s value, one of ``MODES`` (unset: ``auto``); an
+    unknown value raises ``UserError``."""
+    value = os.environ.get(variable, "auto").strip().lower() or "auto"
+    if value not in MODES:
+        raise UserError(f"{variable}={value}: use one of {', '.join(MODES)}")
+    return value
+
+
+@functools.cache
+def cpuinfo() -> str:
+    """The first processor's entry of ``/proc/cpuinfo`` ("" where there is none)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return f.read(1 << 16).split("\n\n")[0]
+    except OSError:
+        return ""
+
+
+def intel() -> bool:
+    """Whether the CPU is an Intel one."""
+    return "GenuineIntel" in cpuinfo()
+
+
+def cpu_backend() -> bool:
+    """Whether the kernels can run: x86-64 Linux with JAX's default backend the CPU."""
+    return (sys.platform.startswith("linux") and platform.machine() == "x86_64"
+            and jax.default_backend() == "cpu")
+
+
+def _build() -> str:
+    """The compiled library's path, built into the cache unless it is there already."""
+    include = jax.ffi.include_dir()
+    key = hashlib.sha256(include.encode() + jax.__version__.encode() + cpuinfo().encode())
+    for source in _SOURCES:
+        with open(source, "rb") as f:
+            key.update(f.read())
+    cache = os.environ.get("DENSE_RNN_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "dense_rnn")
+    path = os.path.join(cache, f"kernels-{key.hexdigest()[:16]}.so")
+    if os.path.exists(path):
+        return path
+    os.makedirs(cache, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache)
+    os.close(fd)
+    cmd = [os.environ.get("CXX", "c++"), "-O3", "-march=native", "-ffp-contract=fast",
+           "-std=c++17", "-shared", "-fPIC", "-w", f"-I{include}", *_SOURCES, "-o", tmp]
+    try:
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+        os.replace(tmp, path)  # atomic: concurrent builders each leave a whole file
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
+
+
+@functools.cache
+def library() -> ctypes.CDLL | str:
+    """The kernels, built, loaded and registered once; or, as a string, why they cannot be."""
+    try:
+        lib = ctypes.CDLL(_build())
+        for name, symbol in HANDLERS.items():
+            jax.ffi.register_ffi_target(target(name), jax.ffi.pycapsule(getattr(lib, symbol)),
+                                        platform="cpu")
+    except (OSError, AttributeError, subprocess.CalledProcessError) as e:
+        if isinstance(e, subprocess.CalledProcessError):
+            return ((e.stderr or "").strip().splitlines() or [f"{e.cmd[0]} failed"])[-1]
+        return str(e)
+    return lib
+
+
+def note(compute_dtype: str) -> str:
+    """What a binary's start-up line adds: which C++ kernels its float32 steps run ("" for
+    none)."""
+    from dense_rnn import blas, lstm_kernel  # they build on this module
+
+    if compute_dtype != "float32":
+        return ""
+    return (", large products through OpenBLAS" if blas.available() else "") + (
+        ", LSTM scans in C++" if lstm_kernel.available() else "")

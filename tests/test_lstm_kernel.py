@@ -1,0 +1,177 @@
+"""The C++ LSTM kernel (``dense_rnn/lstm_kernel.py``, ``csrc/lstm_scan.cc``): its forward
+scan against a float64 NumPy LSTM, its backward against XLA's backward scan, gradients of
+the layers through it against XLA's scans, and which scans take it."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from dense_rnn import cells, lstm_kernel, native, recurrent
+from dense_rnn.configs.ptb import CONFIGS
+from dense_rnn.errors import UserError
+from dense_rnn.train import lm
+
+# batch sizes and hidden sizes off the kernel's register tiles (6 or 10 rows; panels of 4
+# or 8 units forward, 16 or 32 backward), lengths 1 and longer
+SHAPES = [(1, 3, 7), (5, 13, 33), (9, 21, 70), (4, 2, 200)]
+
+
+@pytest.fixture
+def kernel_on(monkeypatch):
+    """The kernel on whatever the CPU (skipped where it cannot build)."""
+    monkeypatch.setenv("DENSE_RNN_LSTM_KERNEL", "on")
+    if not lstm_kernel.available():
+        pytest.skip("the C++ kernels cannot be built or loaded here")
+
+
+def operands(t, b, h, seed=0, masked=False, dropped=False):
+    rng = np.random.default_rng(seed)
+    f32 = lambda *s, scale=1.0: (scale * rng.standard_normal(s)).astype(np.float32)  # noqa: E731
+    return {
+        "w": f32(h, 4 * h, scale=0.3), "xs": f32(t, b, 4 * h), "c": f32(b, h), "h": f32(b, h),
+        "mask": rng.random((t, b)) < 0.7 if masked else None,
+        "rmask": ((rng.random((b, h)) < 0.8) / 0.8).astype(np.float32) if dropped else None,
+    }
+
+
+def numpy_lstm(w, xs, c, h, mask, rmask):
+    """The LSTM of ``cells.lstm_step`` in float64 NumPy: outputs, final carry and, per
+    step, the gate activations, ``c_{t-1}``, ``tanh(c_t)`` and ``h_{t-1}``."""
+    sig = lambda x: 1 / (1 + np.exp(-x))  # noqa: E731
+    n = w.shape[0]
+    c, h = c.astype(np.float64), h.astype(np.float64)
+    ys, res = [], []
+    for t in range(xs.shape[0]):
+        z = xs[t] + (h if rmask is None else h * rmask) @ w.astype(np.float64)
+        i, f, o = sig(z[:, :n]), sig(z[:, n:2 * n]), sig(z[:, 3 * n:])
+        g = np.tanh(z[:, 2 * n:3 * n])
+        c_new = f * c + i * g
+        h_new = o * np.tanh(c_new)
+        res.append((np.concatenate([i, f, g, o], 1), c, np.tanh(c_new), h))
+        keep = np.ones((xs.shape[1], 1), bool) if mask is None else mask[t][:, None]
+        c, h = np.where(keep, c_new, c), np.where(keep, h_new, h)
+        ys.append(np.where(keep, h_new, 0.0))
+    return np.stack(ys), (c, h), [np.stack(r) for r in zip(*res, strict=True)]
+
+
+@pytest.mark.parametrize("t, b, h", SHAPES)
+@pytest.mark.parametrize("masked, dropped", [(False, False), (True, True)])
+def test_forward_matches_float64_numpy(kernel_on, t, b, h, masked, dropped):
+    a = operands(t, b, h, masked=masked, dropped=dropped)
+    (c, hh), ys, res = jax.jit(lstm_kernel.forward, static_argnums=5)(
+        a["w"], a["xs"], (a["c"], a["h"]), a["mask"], a["rmask"], True)
+    want_ys, (want_c, want_h), want_res = numpy_lstm(**a)
+    for got, want in zip([ys, c, hh, *res], [want_ys, want_c, want_h, *want_res], strict=True):
+        assert got.shape == want.shape and got.dtype == jnp.float32
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+
+
+def test_forward_of_no_steps_returns_the_carry(kernel_on):
+    a = operands(0, 3, 5)
+    (c, h), ys, _ = lstm_kernel.forward(a["w"], a["xs"], (a["c"], a["h"]), None, None, True)
+    assert ys.shape == (0, 3, 5)
+    np.testing.assert_array_equal(c, a["c"])
+    np.testing.assert_array_equal(h, a["h"])
+
+
+@pytest.mark.parametrize("t, b, h", SHAPES)
+@pytest.mark.parametrize("masked, dropped", [(False, False), (True, False), (False, True)])
+def test_backward_matches_the_xla_scan(kernel_on, t, b, h, masked, dropped):
+    a = operands(t, b, h, masked=masked, dropped=dropped)
+    _, _, res = lstm_kernel.forward(a["w"], a["xs"], (a["c"], a["h"]), a["mask"], a["rmask"],
+                                    True)
+    rng = np.random.default_rng(1)
+    dys = rng.standard_normal((t, b, h)).astype(np.float32)
+    dcarry = tuple(rng.standard_normal((2, b, h)).astype(np.float32))
+    args = (a["w"], dys, dcarry, a["mask"], a["rmask"], res)
+    got = jax.jit(lstm_kernel.backward)(*args)
+    want = jax.jit(recurrent._xla_lstm_backward, static_argnums=6)(*args, 1)
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def scan_value_and_grads(w, xs, carry, mask, rmask):
+    def loss(w, xs, carry, rmask):
+        (c, h), ys = recurrent.lstm_scan(w, xs, carry, mask, rmask)
+        return jnp.sum(ys * jnp.cos(ys)) + jnp.sum(1.3 * c) - jnp.sum(0.7 * h)
+
+    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)))(w, xs, carry, rmask)
+
+
+def test_lstm_scan_gradients_match_xla_scans(kernel_on, monkeypatch):
+    """Every gradient of ``lstm_scan`` (lengths and a recurrent dropout mask) through the
+    kernel and through XLA's scans."""
+    a = operands(6, 5, 9, masked=True, dropped=True)
+    args = (a["w"], a["xs"], (a["c"], a["h"]), jnp.asarray(a["mask"]), a["rmask"])
+    got = scan_value_and_grads(*args)
+    monkeypatch.setenv("DENSE_RNN_LSTM_KERNEL", "off")
+    want = scan_value_and_grads(*args)
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_outputs_independent_of_padding(kernel_on):
+    """A sequence's outputs through the kernel are the same whatever padding follows it,
+    read forward and in reverse."""
+    layer = recurrent.Recurrent("lstm", 6, reverse=True)
+    x = jax.random.normal(jax.random.key(0), (2, 9, 4))
+    params = layer.init(jax.random.key(1), x, lengths=jnp.array([5, 9]))
+    _, short = layer.apply(params, x[:, :5], lengths=jnp.array([5, 5]))
+    _, long = layer.apply(params, x, lengths=jnp.array([5, 9]))
+    np.testing.assert_allclose(long[0, :5], short[0], rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(long[0, 5:], 0.0)
+
+
+def uses_kernel(fn, *args) -> bool:
+    """Whether ``fn`` traced now (a fresh function: no cached trace) calls the kernel."""
+    return native.target("lstm_forward") in jax.jit(lambda *a: fn(*a)).lower(*args).as_text()
+
+
+def test_which_scans_take_the_kernel(kernel_on, monkeypatch):
+    a = operands(3, 2, 4)
+    scan = lambda w, xs, c, h: recurrent.lstm_scan(w, xs, (c, h), None, None)[1]  # noqa: E731
+    args = (a["w"], a["xs"], a["c"], a["h"])
+    assert uses_kernel(scan, *args)
+    assert not uses_kernel(scan, *(x.astype(jnp.bfloat16) for x in args))
+    two = (jnp.stack([a["w"]] * 2), jnp.stack([a["xs"]] * 2, 1),  # a bidirectional scan
+           jnp.stack([a["c"]] * 2), jnp.stack([a["h"]] * 2))
+    assert not uses_kernel(scan, *two)
+    gru = lambda xs, h: recurrent.scan_cell(  # noqa: E731
+        cells.get_cell("gru"), {"w_hh": jnp.ones((4, 12))}, xs, h)[1]
+    assert not uses_kernel(gru, jnp.ones((2, 3, 12)), jnp.ones((2, 4)))
+    monkeypatch.setenv("DENSE_RNN_LSTM_KERNEL", "off")
+    assert not lstm_kernel.available() and not uses_kernel(scan, *args)
+
+
+def test_lm_training_step_same_with_the_kernel(monkeypatch):
+    """A dense LM's training step through the kernel against XLA's scans: the same loss and
+    update within float32 rounding."""
+    def one_step():
+        c = dataclasses.replace(CONFIGS["tiny"], vocab_size=50, dropout_rate=0.0)
+        model, params, tx = lm.make_model(c), lm.init_params(c, jax.random.key(0)), optax.sgd(1.0)
+        x = jax.random.randint(jax.random.key(1), (c.batch_size, c.num_steps), 0, 50)
+        step = lm.make_train_step(model, tx, 0, jnp.float32)
+        lowered = step.lower(params, tx.init(params), model.zero_carries(4), x, x, 0).as_text()
+        new, _, _, nll = step(params, tx.init(params), model.zero_carries(4), x, x, 0)
+        return native.target("lstm_backward") in lowered, nll, new
+
+    monkeypatch.setenv("DENSE_RNN_LSTM_KERNEL", "off")
+    used_off, nll_off, new_off = one_step()
+    monkeypatch.setenv("DENSE_RNN_LSTM_KERNEL", "on")
+    if not lstm_kernel.available():
+        pytest.skip("the C++ kernels cannot be built or loaded here")
+    used_on, nll_on, new_on = one_step()
+    assert used_on and not used_off
+    np.testing.assert_allclose(nll_on, nll_off, rtol=1e-6)
+    for got, want in zip(jax.tree.leaves(new_on), jax.tree.leaves(new_off), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_mode(monkeypatch):
+    monkeypatch.setenv("DENSE_RNN_LSTM_KERNEL", "maybe")
+    with pytest.raises(UserError, match="DENSE_RNN_LSTM_KERNEL=maybe: use one of auto, on, off"):
+        lstm_kernel.available()
