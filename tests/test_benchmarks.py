@@ -84,13 +84,17 @@ def test_the_triton_peer_is_ours_under_xla_flags_of_its_own(monkeypatch):
     assert "xla_flags" not in impls["ours"]
 
 
-def test_the_xla_products_peer_is_ours_without_the_blas(monkeypatch):
-    """``--xla_products_peer``: ours' builder in a worker with ``DENSE_RNN_BLAS=off``."""
-    assert run.worker_env(run.XLA_PRODUCTS)["DENSE_RNN_BLAS"] == "off"
-    impls = run_with_variant(monkeypatch, run.XLA_PRODUCTS, "--xla_products_peer")
-    assert impls[run.XLA_PRODUCTS]["dense_rnn_blas"] == "off"
+@pytest.mark.parametrize("variant, flag, variable", [
+    (run.XLA_PRODUCTS, "--xla_products_peer", "DENSE_RNN_BLAS"),
+    (run.XLA_SCANS, "--xla_scans_peer", "DENSE_RNN_LSTM_KERNEL")])
+def test_the_xla_peers_are_ours_without_a_kernel(monkeypatch, variant, flag, variable):
+    """``--xla_products_peer`` / ``--xla_scans_peer``: ours' builder in a worker with one
+    of the C++ kernels off, recorded on its row."""
+    assert run.worker_env(variant)[variable] == "off"
+    impls = run_with_variant(monkeypatch, variant, flag)
+    assert impls[variant][variable.lower()] == "off"
     with pytest.raises(SystemExit):
-        run.main(["--workloads", "tiny_lm", "--no-isolated", "--xla_products_peer"])
+        run.main(["--workloads", "tiny_lm", "--no-isolated", flag])
 
 
 @pytest.mark.parametrize("flags", ["--xla_gpu_enable_triton_gemm=true", "/tmp/xla_flags"])
@@ -490,7 +494,8 @@ def test_targets_table_marks_what_meets_issue_5s_targets(monkeypatch):
                          "| lm | **85.0%** |"]
 
 
-def test_profile_reports_kernels_of_a_tiny_workload():
+def test_profile_reports_kernels_of_a_tiny_workload(monkeypatch):
+    monkeypatch.setenv("DENSE_RNN_LSTM_KERNEL", "off")  # the scans as XLA's kernels
     out = profile.main(["tiny_lm", "--steps", "2", "--min_ms", "0"])
     assert out.startswith("step ms: ") and len(out.splitlines()[0].split()) == 4
     assert "fastest step" in out and "while" in out  # the LSTM scans are kernels too

@@ -175,3 +175,13 @@ def test_mode(monkeypatch):
     monkeypatch.setenv("DENSE_RNN_LSTM_KERNEL", "maybe")
     with pytest.raises(UserError, match="DENSE_RNN_LSTM_KERNEL=maybe: use one of auto, on, off"):
         lstm_kernel.available()
+
+
+def test_independent_scans_in_one_step(kernel_on):
+    """Two scans XLA may run at once, each asking the thread pool for help: the same
+    results as each alone (and no wait on a task that cannot start)."""
+    a, b = operands(12, 7, 40), operands(12, 7, 40, seed=1)
+    scan = lambda o: recurrent.lstm_scan(o["w"], o["xs"], (o["c"], o["h"]), None, None)[1]  # noqa: E731
+    both = jax.jit(lambda a, b: (scan(a), scan(b)))(a, b)
+    for got, o in zip(both, (a, b), strict=True):
+        np.testing.assert_array_equal(got, jax.jit(scan)(o))

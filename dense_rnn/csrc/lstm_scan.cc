@@ -5,16 +5,18 @@
 // What XLA runs as ~16 kernels a step (the product h @ W_hh, the gates, the state update,
 // the masks) is here one loop over the steps. The recurrent weight is packed once a call
 // into panels that a register-tiled product streams at every step, and the gates and the
-// state update of a tile are computed while its products are still in registers' reach.
-// The hidden units are split between the calling thread and tasks on XLA's intra-op pool;
-// each thread packs and keeps its own units' panels, and the threads meet once a step, at
-// a barrier, because the next step's product reads every unit's new state.
+// state update of a tile are computed right after its product, while it is in L1. The
+// hidden units are split between the calling thread and tasks on XLA's intra-op pool
+// (OnTeam); each thread packs and keeps its own units' panels (in a buffer it keeps for its
+// next call), and the threads meet once a step, at a barrier, because the next step's
+// product reads every unit's new state.
 //
 // The arithmetic is cells.lstm_gates / cells.lstm_update and recurrent._lstm_scan_bwd's,
 // with tanh as XLA's CPU backend and Eigen compute it (the same rational approximation).
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -109,27 +111,12 @@ float* Scratch(int64_t n) {
   return buffer.data();
 }
 
-// Runs body(i) on threads 0..count-1: the caller is thread 0, tasks on the pool the rest.
-template <typename Body>
-void OnThreads(ffi::ThreadPool& pool, int count, Body body) {
-  auto done = std::make_shared<std::atomic<int>>(0);
-  for (int i = 1; i < count; ++i) {
-    pool.Schedule([=] {
-      body(i);
-      done->fetch_add(1);
-    });
-  }
-  body(0);
-  while (done->load() < count - 1) std::this_thread::yield();
-}
-
-// A reusable barrier for a fixed number of spinning threads.
+// A reusable barrier for a team of spinning threads (its size set before first use).
 class Barrier {
  public:
-  explicit Barrier(int count) : count_(count) {}
   void Wait() {
     const int phase = phase_.load();
-    if (arrived_.fetch_add(1) == count_ - 1) {
+    if (arrived_.fetch_add(1) == count - 1) {
       arrived_.store(0);
       phase_.store(phase + 1);
       return;
@@ -139,10 +126,50 @@ class Barrier {
     }
   }
 
+  int count = 1;
+
  private:
-  const int count_;
   std::atomic<int> arrived_{0}, phase_{0};
 };
+
+// Runs body(member, members, barrier) on a team of at most `want` threads: the caller
+// (member 0) and the tasks on the pool that start within kJoinWindow. The team is fixed
+// before body runs and a task that starts later does nothing, so the caller never waits on
+// a task that cannot start (the pool's threads all busy, with another call like this one
+// say). The members split the work by their number alone, and every hidden unit's
+// arithmetic is the same whoever computes it: results do not depend on the team's size.
+template <typename Body>
+void OnTeam(ffi::ThreadPool& pool, int want, Body body) {
+  constexpr int kClosed = 1 << 30;
+  constexpr auto kJoinWindow = std::chrono::milliseconds(2);
+  struct Team {
+    std::atomic<int> state{1};  // members so far, | kClosed once the team is fixed
+    std::atomic<bool> ready{false};
+    std::atomic<int> done{0};
+    Barrier barrier;
+  };
+  auto team = std::make_shared<Team>();
+  for (int i = 1; i < want; ++i) {
+    pool.Schedule([team, run = &body] {
+      int s = team->state.load();
+      do {
+        if (s & kClosed) return;  // too late: the team was fixed without this task
+      } while (!team->state.compare_exchange_weak(s, s + 1));
+      while (!team->ready.load()) std::this_thread::yield();
+      (*run)(s, team->barrier.count, team->barrier);
+      team->done.fetch_add(1);
+    });
+  }
+  const auto start = std::chrono::steady_clock::now();
+  while (team->state.load() < want && std::chrono::steady_clock::now() - start < kJoinWindow) {
+    std::this_thread::yield();
+  }
+  const int members = team->state.fetch_or(kClosed);
+  team->barrier.count = members;
+  team->ready.store(true);
+  body(0, members, team->barrier);
+  while (team->done.load() < members - 1) std::this_thread::yield();
+}
 
 int Threads(ffi::ThreadPool& pool, int64_t panels) {
   return static_cast<int>(std::clamp<int64_t>(std::min<int64_t>(pool.num_threads(), panels), 1, 64));
@@ -190,11 +217,9 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xs, Buffer c0, Buffer 
   float* py = ys->typed_data();
 
   const int64_t panels = (H + kUnits - 1) / kUnits, h_pad = panels * kUnits;
-  const int threads = Threads(pool, panels);
   std::vector<float> ht[2] = {std::vector<float>(h_pad * B), std::vector<float>(h_pad * B)};
-  Barrier barrier(threads);
 
-  OnThreads(pool, threads, [&](int thread) {
+  OnTeam(pool, Threads(pool, panels), [&](int thread, int threads, Barrier& barrier) {
     const int64_t lo = panels * thread / threads, hi = panels * (thread + 1) / threads;
     float* packed = Scratch((hi - lo) * H * kNR) - lo * H * kNR;  // this thread's panels
     // panel j, row k: the 4 gates of units j * kUnits + q, gate-major: W[k][g * H + u]
@@ -313,12 +338,10 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dc_last, 
 
   // the product dh_in = dz @ W^T: panels of kNR units over W^T's 4H rows
   const int64_t panels = (H + kNR - 1) / kNR;
-  const int threads = Threads(pool, panels);
   std::vector<float> dzt[2] = {std::vector<float>(G * B), std::vector<float>(G * B)};
   std::vector<float> dh_pass(B * H);
-  Barrier barrier(threads);
 
-  OnThreads(pool, threads, [&](int thread) {
+  OnTeam(pool, Threads(pool, panels), [&](int thread, int threads, Barrier& barrier) {
     const int64_t lo = panels * thread / threads, hi = panels * (thread + 1) / threads;
     const int64_t u_lo = lo * kNR, u_hi = std::min(hi * kNR, H);
     float* packed = Scratch((hi - lo) * G * kNR) - lo * G * kNR;  // this thread's panels
