@@ -2,11 +2,11 @@
 
 Every ``csrc/*.cc`` is compiled into one shared library with the system C++ compiler
 (``$CXX``, default ``c++``) and JAX's FFI headers, for the CPU it runs on
-(``-march=native``; a few seconds), and cached in ``$DENSE_RNN_CACHE`` (default
+(``-march=native``; several seconds), and cached in ``$DENSE_RNN_CACHE`` (default
 ``~/.cache/dense_rnn``) under a key of the sources, the headers, the JAX version and the
-CPU. Each ``DenseRnnX`` handler is registered as the XLA CPU target ``target("X")``.
-Where no compiler is found or the build fails, ``library()`` says why and the callers
-(``blas``, ``lstm_kernel``) keep XLA's own kernels.
+CPU (its model and flags). Each handler of ``HANDLERS`` is registered as the XLA CPU target
+``target(name)``. Where no compiler is found or the build fails, ``library()`` says why and
+the callers (``blas``, ``lstm_kernel``) keep XLA's own kernels.
 """
 
 from __future__ import annotations
@@ -71,7 +71,9 @@ def cpu_backend() -> bool:
 def _build() -> str:
     """The compiled library's path, built into the cache unless it is there already."""
     include = jax.ffi.include_dir()
-    key = hashlib.sha256(include.encode() + jax.__version__.encode() + cpuinfo().encode())
+    cpu = [line for line in cpuinfo().splitlines()  # not "cpu MHz", which drifts
+           if line.split(":")[0].strip() in ("vendor_id", "model name", "flags")]
+    key = hashlib.sha256("\n".join([include, jax.__version__, *cpu]).encode())
     for source in _SOURCES:
         with open(source, "rb") as f:
             key.update(f.read())

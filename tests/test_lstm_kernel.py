@@ -185,3 +185,22 @@ def test_independent_scans_in_one_step(kernel_on):
     both = jax.jit(lambda a, b: (scan(a), scan(b)))(a, b)
     for got, o in zip(both, (a, b), strict=True):
         np.testing.assert_array_equal(got, jax.jit(scan)(o))
+
+
+def test_without_a_compiler_the_scans_stay_xlas(monkeypatch, tmp_path, caplog):
+    """A failed build is reported once, as a reason, and every scan stays XLA's."""
+    monkeypatch.setenv("DENSE_RNN_CACHE", str(tmp_path))  # nothing built there yet
+    monkeypatch.setenv("CXX", str(tmp_path / "no-compiler"))
+    monkeypatch.setenv("DENSE_RNN_LSTM_KERNEL", "on")
+    native.library.cache_clear()
+    lstm_kernel._loaded.cache_clear()
+    try:
+        assert isinstance(native.library(), str)
+        assert not lstm_kernel.available()
+        assert "LSTM scans stay XLA's; the C++ kernels are unavailable" in caplog.text
+        a = operands(3, 2, 4)
+        scan = lambda w, xs, c, h: recurrent.lstm_scan(w, xs, (c, h), None, None)[1]  # noqa: E731
+        assert not uses_kernel(scan, a["w"], a["xs"], a["c"], a["h"])
+    finally:
+        native.library.cache_clear()
+        lstm_kernel._loaded.cache_clear()
