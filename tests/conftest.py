@@ -66,3 +66,35 @@ def x64():
         context = context_manager()
     with context:
         yield
+
+
+def lm_step_off_and_on(monkeypatch, variable: str, target: str, available) -> tuple:
+    """A tiny dense LM's training step with the C++ kernel switched by the environment
+    ``variable`` off, then on: ``((nll, new_params), (nll, new_params))``. Asserts that the
+    step calls ``target`` only when on; skipped where ``available()`` is false when on."""
+    import dataclasses
+
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    from dense_rnn.configs.ptb import CONFIGS
+    from dense_rnn.train import lm
+
+    def one_step():
+        c = dataclasses.replace(CONFIGS["tiny"], vocab_size=50, dropout_rate=0.0)
+        model, params, tx = lm.make_model(c), lm.init_params(c, jax.random.key(0)), optax.sgd(1.0)
+        x = jax.random.randint(jax.random.key(1), (c.batch_size, c.num_steps), 0, 50)
+        step = lm.make_train_step(model, tx, 0, jnp.float32)
+        lowered = step.lower(params, tx.init(params), model.zero_carries(4), x, x, 0).as_text()
+        new, _, _, nll = step(params, tx.init(params), model.zero_carries(4), x, x, 0)
+        return target in lowered, (nll, new)
+
+    monkeypatch.setenv(variable, "off")
+    used_off, off = one_step()
+    monkeypatch.setenv(variable, "on")
+    if not available():
+        pytest.skip("the C++ kernels cannot be built or loaded here")
+    used_on, on = one_step()
+    assert used_on and not used_off
+    return off, on

@@ -1,18 +1,15 @@
 """The BLAS product (``dense_rnn/blas.py``) against float64 NumPy, its gradients, and which
 of ``precision``'s products take it."""
 
-import dataclasses
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 
 from dense_rnn import blas, precision
-from dense_rnn.configs.ptb import CONFIGS
 from dense_rnn.errors import UserError
-from dense_rnn.train import lm
+from tests.conftest import lm_step_off_and_on
 
 TRANS = [(False, False), (False, True), (True, False), (True, True)]
 
@@ -94,23 +91,9 @@ def test_precision_routes_large_float32_products(blas_on, monkeypatch):
 def test_lm_training_step_same_with_blas(monkeypatch):
     """A dense LM's training step, every float32 product through the handler, against XLA's
     products: the same loss and update within float32 rounding."""
-    def one_step():
-        c = dataclasses.replace(CONFIGS["tiny"], vocab_size=50, dropout_rate=0.0)
-        model, params, tx = lm.make_model(c), lm.init_params(c, jax.random.key(0)), optax.sgd(1.0)
-        x = jax.random.randint(jax.random.key(1), (c.batch_size, c.num_steps), 0, 50)
-        step = lm.make_train_step(model, tx, 0, jnp.float32)
-        lowered = step.lower(params, tx.init(params), model.zero_carries(4), x, x, 0).as_text()
-        new, _, _, nll = step(params, tx.init(params), model.zero_carries(4), x, x, 0)
-        return blas.TARGET in lowered, nll, new
-
-    monkeypatch.setenv("DENSE_RNN_BLAS", "off")
-    used_off, nll_off, new_off = one_step()
-    monkeypatch.setenv("DENSE_RNN_BLAS", "on")
     monkeypatch.setattr(blas, "MIN_MACS", 0)
-    if not blas.available():
-        pytest.skip("the BLAS handler cannot be built or loaded here")
-    used_on, nll_on, new_on = one_step()
-    assert used_on and not used_off
+    (nll_off, new_off), (nll_on, new_on) = lm_step_off_and_on(
+        monkeypatch, "DENSE_RNN_BLAS", blas.TARGET, blas.available)
     np.testing.assert_allclose(nll_on, nll_off, rtol=1e-6)
     for got, want in zip(jax.tree.leaves(new_on), jax.tree.leaves(new_off), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -2,18 +2,15 @@
 scan against a float64 NumPy LSTM, its backward against XLA's backward scan, gradients of
 the layers through it against XLA's scans, and which scans take it."""
 
-import dataclasses
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 
 from dense_rnn import cells, lstm_kernel, native, recurrent
-from dense_rnn.configs.ptb import CONFIGS
 from dense_rnn.errors import UserError
-from dense_rnn.train import lm
+from tests.conftest import lm_step_off_and_on
 
 # batch sizes and hidden sizes off the kernel's register tiles (6 or 10 rows; panels of 4
 # or 8 units forward, 16 or 32 backward), lengths 1 and longer
@@ -150,22 +147,8 @@ def test_which_scans_take_the_kernel(kernel_on, monkeypatch):
 def test_lm_training_step_same_with_the_kernel(monkeypatch):
     """A dense LM's training step through the kernel against XLA's scans: the same loss and
     update within float32 rounding."""
-    def one_step():
-        c = dataclasses.replace(CONFIGS["tiny"], vocab_size=50, dropout_rate=0.0)
-        model, params, tx = lm.make_model(c), lm.init_params(c, jax.random.key(0)), optax.sgd(1.0)
-        x = jax.random.randint(jax.random.key(1), (c.batch_size, c.num_steps), 0, 50)
-        step = lm.make_train_step(model, tx, 0, jnp.float32)
-        lowered = step.lower(params, tx.init(params), model.zero_carries(4), x, x, 0).as_text()
-        new, _, _, nll = step(params, tx.init(params), model.zero_carries(4), x, x, 0)
-        return native.target("lstm_backward") in lowered, nll, new
-
-    monkeypatch.setenv("DENSE_RNN_LSTM_KERNEL", "off")
-    used_off, nll_off, new_off = one_step()
-    monkeypatch.setenv("DENSE_RNN_LSTM_KERNEL", "on")
-    if not lstm_kernel.available():
-        pytest.skip("the C++ kernels cannot be built or loaded here")
-    used_on, nll_on, new_on = one_step()
-    assert used_on and not used_off
+    (nll_off, new_off), (nll_on, new_on) = lm_step_off_and_on(
+        monkeypatch, "DENSE_RNN_LSTM_KERNEL", native.target("lstm_backward"), lstm_kernel.available)
     np.testing.assert_allclose(nll_on, nll_off, rtol=1e-6)
     for got, want in zip(jax.tree.leaves(new_on), jax.tree.leaves(new_off), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
