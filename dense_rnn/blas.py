@@ -17,7 +17,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import glob
-import logging
 import os
 
 import jax
@@ -27,15 +26,15 @@ import numpy as np
 from dense_rnn import native
 
 TARGET = native.target("sgemm")
+VARIABLE = "DENSE_RNN_BLAS"
 # Products with fewer multiply-adds stay XLA's: (700, 200) x (200, 800), 112M, ran at
 # 0.86-0.92x XLA's rate through the handler (RESULTS.md, item 39).
 MIN_MACS = 1 << 27
-_log = logging.getLogger(__name__)
 
 
 def mode() -> str:
     """``DENSE_RNN_BLAS``, one of ``native.MODES``; an unknown value raises ``UserError``."""
-    return native.mode("DENSE_RNN_BLAS")
+    return native.mode(VARIABLE)
 
 
 def _openblas() -> ctypes.CDLL:
@@ -59,9 +58,8 @@ def _handler() -> bool:
                                ctypes.cast(blas.openblas_set_num_threads_local,
                                            ctypes.c_void_p))
     except (OSError, AttributeError) as e:
-        _log.log(logging.WARNING if mode() == "on" else logging.INFO,
-                 "dense_rnn: float32 products stay XLA's; the BLAS handler is unavailable: %s",
-                 e)
+        native.unavailable(VARIABLE, f"float32 products stay XLA's; the BLAS handler is "
+                           f"unavailable: {e}")
         return False
     return True
 
@@ -70,10 +68,7 @@ def available() -> bool:
     """Whether large float32 products on the CPU go through the BLAS handler: as
     ``DENSE_RNN_BLAS`` says, on x86-64 Linux with JAX's default backend the CPU, where the
     handler builds and loads."""
-    wanted = mode()
-    if wanted == "off" or not native.cpu_backend():
-        return False
-    return (wanted == "on" or native.intel()) and _handler()
+    return native.enabled(VARIABLE, native.intel(), _handler)
 
 
 def applies(a: jax.Array, b: jax.Array, macs: int) -> bool:

@@ -15,11 +15,13 @@ import ctypes
 import functools
 import glob
 import hashlib
+import logging
 import os
 import platform
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 
 import jax
 
@@ -31,6 +33,7 @@ HANDLERS = {"sgemm": "DenseRnnSgemm", "lstm_forward": "DenseRnnLstmForward",
 _SOURCES = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "csrc", "*.cc")))
 # a copy of the package under another name (benchmarks.ab's) registers targets of its own
 _PREFIX = __name__.rsplit(".", 1)[0].replace(".", "_")
+_log = logging.getLogger(__name__)
 
 
 def target(name: str) -> str:
@@ -66,6 +69,21 @@ def cpu_backend() -> bool:
     """Whether the kernels can run: x86-64 Linux with JAX's default backend the CPU."""
     return (sys.platform.startswith("linux") and platform.machine() == "x86_64"
             and jax.default_backend() == "cpu")
+
+
+def enabled(variable: str, default: bool, ready: Callable[[], bool]) -> bool:
+    """Whether a kernel runs, as the environment ``variable`` says (``off``: never, ``on``: on
+    any CPU ``cpu_backend()`` allows, ``auto``: where ``default`` too), and ``ready()``."""
+    wanted = mode(variable)
+    if wanted == "off" or not cpu_backend():
+        return False
+    return (wanted == "on" or default) and ready()
+
+
+def unavailable(variable: str, message: str) -> None:
+    """Logs why a kernel stays off: a warning where ``variable`` asked for it (``on``)."""
+    _log.log(logging.WARNING if mode(variable) == "on" else logging.INFO, "dense_rnn: %s",
+             message)
 
 
 def _build() -> str:

@@ -274,7 +274,7 @@ def _lstm_forward(
 ) -> tuple[tuple[Array, Array], Array, lstm_kernel.Residuals | None]:
     """The LSTM scan of ``cells.lstm_step`` (its gates and ``cells.lstm_update``); with
     ``save`` it also returns per step the residuals its backward pass needs. In float32 on
-    an Intel CPU, one call of the C++ kernel (``lstm_kernel``)."""
+    an AVX-512 CPU, one call of the C++ kernel (``lstm_kernel``)."""
     xla = functools.partial(_xla_lstm_forward, unroll=unroll, save=save)
     if not lstm_kernel.applies(w_hh, xs, *carry, rmask):
         return xla(w_hh, xs, carry, mask, rmask)
@@ -326,7 +326,7 @@ def lstm_scan(w_hh: Array, xs: Array, carry: tuple[Array, Array], mask: Array | 
     forward scan computes all four gates in one elementwise pass and saves them as one
     array. The backward scan carries only ``(dc, dh)`` and emits the gate gradients ``dz``;
     the weight gradient is then one matrix product over all steps, ``sum_t h_{t-1}^T dz_t``,
-    instead of a small product accumulated at every step. In float32 on an Intel CPU each of
+    instead of a small product accumulated at every step. In float32 on an AVX-512 CPU each of
     the two scans is one call of a C++ kernel (``lstm_kernel``) with the same arithmetic.
     """
     carry, ys, _ = _lstm_forward(w_hh, xs, carry, mask, rmask, unroll, save=False)

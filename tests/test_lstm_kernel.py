@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dense_rnn import cells, lstm_kernel, native, recurrent
+from dense_rnn import blas, cells, lstm_kernel, native, recurrent
 from dense_rnn.errors import UserError
 from tests.conftest import lm_step_off_and_on
 
@@ -187,3 +187,25 @@ def test_without_a_compiler_the_scans_stay_xlas(monkeypatch, tmp_path, caplog):
     finally:
         native.library.cache_clear()
         lstm_kernel._loaded.cache_clear()
+
+
+@pytest.mark.parametrize("vendor, flags, scans, products", [
+    ("GenuineIntel", "avx2 avx512f", True, True),
+    ("GenuineIntel", "avx2", False, True),
+    ("AuthenticAMD", "avx2 avx512f", True, False),
+    ("AuthenticAMD", "avx2", False, False),
+])
+def test_auto_picks_the_kernels_by_cpu(monkeypatch, vendor, flags, scans, products):
+    """``auto``: the LSTM kernel on AVX-512 CPUs, the BLAS products on Intel ones (as measured,
+    RESULTS.md items 39-41); ``on`` and ``off`` whatever the CPU."""
+    monkeypatch.setattr(native, "cpuinfo", lambda: f"vendor_id\t: {vendor}\nflags\t\t: fpu {flags}")
+    monkeypatch.setattr(native, "cpu_backend", lambda: True)
+    monkeypatch.setattr(lstm_kernel, "_loaded", lambda: True)
+    monkeypatch.setattr(blas, "_handler", lambda: True)
+    for variable in (lstm_kernel.VARIABLE, blas.VARIABLE):
+        monkeypatch.delenv(variable, raising=False)
+    assert (lstm_kernel.available(), blas.available()) == (scans, products)
+    for value in ("on", "off"):
+        for variable in (lstm_kernel.VARIABLE, blas.VARIABLE):
+            monkeypatch.setenv(variable, value)
+        assert lstm_kernel.available() == blas.available() == (value == "on")
