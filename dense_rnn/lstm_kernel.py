@@ -4,7 +4,8 @@
 backward scan, each as one XLA FFI call (``csrc/lstm_scan.cc``, built by
 ``dense_rnn.native``) in place of ~16 XLA kernels a step: the recurrent weight packed once
 a call for a register-tiled product, the gates and the state update computed beside it,
-the hidden units split over XLA's intra-op threads, which meet once a step. The arithmetic
+each step's panels of hidden units claimed one at a time by XLA's intra-op threads (a
+thread the OS deschedules holds up a step by one panel at most). The arithmetic
 is ``cells.lstm_step``'s; ``tests/test_lstm_kernel.py`` checks both calls against the XLA
 scans and float64 NumPy. A bidirectional layer's scan, both directions in one ``lax.scan``,
 stays XLA's: as one call per direction it measured 0.96x (DC-Bi-LSTM, run AG).

@@ -6,10 +6,12 @@
 // the masks) is here one loop over the steps. The recurrent weight is packed once a call
 // into panels that a register-tiled product streams at every step, and the gates and the
 // state update of a tile are computed right after its product, while it is in L1. The
-// hidden units are split between the calling thread and tasks on XLA's intra-op pool
-// (OnTeam); each thread packs and keeps its own units' panels (in a buffer it keeps for its
-// next call), and the threads meet once a step, at a barrier, because the next step's
-// product reads every unit's new state.
+// panels of a step are shared out between the calling thread and tasks on XLA's intra-op
+// pool (OnTeam) as items claimed one at a time (Stages): each thread takes its own share
+// first, then what the others have not begun, so a thread the OS deschedules (for the
+// caller's host work, say) holds up a step by one panel at most, not by its whole share. A
+// step starts once every panel of the one before is done: its product reads every unit's
+// new state.
 //
 // The arithmetic is cells.lstm_gates / cells.lstm_update and recurrent._lstm_scan_bwd's,
 // with tanh as XLA's CPU backend and Eigen compute it (the same rational approximation).
@@ -111,33 +113,55 @@ float* Scratch(int64_t n) {
   return buffer.data();
 }
 
-// A reusable barrier for a team of spinning threads (its size set before first use).
-class Barrier {
+// A run of stages of `items` items each, shared by a team of threads: stage s + 1 starts
+// once every item of stage s is done. Member m of n owns the items [items * m / n,
+// items * (m + 1) / n) and claims them first, then the other members' unclaimed ones.
+class Stages {
  public:
-  void Wait() {
-    const int phase = phase_.load();
-    if (arrived_.fetch_add(1) == count - 1) {
-      arrived_.store(0);
-      phase_.store(phase + 1);
-      return;
-    }
-    for (int spins = 0; phase_.load() == phase; ++spins) {
-      if (spins > 64) std::this_thread::yield();
+  explicit Stages(int64_t items) : items_(items) {}
+
+  // Runs fn(stage, item) for the items this member claims, over stages [0, stages).
+  template <typename Fn>
+  void Run(int member, int members, int64_t stages, Fn fn) {
+    for (int64_t s = 0; s < stages;) {
+      for (int k = 0; k < members; ++k) {
+        const int r = (member + k) % members;
+        for (int64_t item; (item = Claim(r, members, s)) >= 0; done_.fetch_add(1)) fn(s, item);
+      }
+      const int64_t target = (s + 1) * items_;  // then wait for the others' items
+      for (int spins = 0; done_.load() < target; ++spins) {
+        if (spins > 64) std::this_thread::yield();
+      }
+      s = done_.load() / items_;  // a member that slept through stages skips them
     }
   }
 
-  int count = 1;
-
  private:
-  std::atomic<int> arrived_{0}, phase_{0};
+  // An unclaimed item of stage s in member r's share, or -1. A share's claims count up
+  // across stages, so a count at or past the end of stage s's leaves it for the next.
+  int64_t Claim(int r, int members, int64_t s) {
+    const int64_t lo = items_ * r / members, size = items_ * (r + 1) / members - lo;
+    std::atomic<int64_t>& claimed = claimed_[r].count;
+    for (int64_t c = claimed.load(); c < (s + 1) * size;) {
+      if (claimed.compare_exchange_weak(c, c + 1)) return lo + c % size;
+    }
+    return -1;
+  }
+
+  struct alignas(64) Counter {
+    std::atomic<int64_t> count{0};
+  };
+  const int64_t items_;
+  std::array<Counter, 64> claimed_;  // one per member's share (Threads caps a team at 64)
+  std::atomic<int64_t> done_{0};
 };
 
-// Runs body(member, members, barrier) on a team of at most `want` threads: the caller
-// (member 0) and the tasks on the pool that start within kJoinWindow. The team is fixed
-// before body runs and a task that starts later does nothing, so the caller never waits on
-// a task that cannot start (the pool's threads all busy, with another call like this one
-// say). The members split the work by their number alone, and every hidden unit's
-// arithmetic is the same whoever computes it: results do not depend on the team's size.
+// Runs body(member, members) on a team of at most `want` threads: the caller (member 0)
+// and the tasks on the pool that start within kJoinWindow. The team is fixed before body
+// runs and a task that starts later does nothing, so the caller never waits on a task that
+// cannot start (the pool's threads all busy, with another call like this one say). Every
+// hidden unit's arithmetic is the same whoever computes it: results depend neither on the
+// team's size nor on who claimed what.
 template <typename Body>
 void OnTeam(ffi::ThreadPool& pool, int want, Body body) {
   constexpr int kClosed = 1 << 30;
@@ -146,7 +170,7 @@ void OnTeam(ffi::ThreadPool& pool, int want, Body body) {
     std::atomic<int> state{1};  // members so far, | kClosed once the team is fixed
     std::atomic<bool> ready{false};
     std::atomic<int> done{0};
-    Barrier barrier;
+    int members = 1;
   };
   auto team = std::make_shared<Team>();
   for (int i = 1; i < want; ++i) {
@@ -156,7 +180,7 @@ void OnTeam(ffi::ThreadPool& pool, int want, Body body) {
         if (s & kClosed) return;  // too late: the team was fixed without this task
       } while (!team->state.compare_exchange_weak(s, s + 1));
       while (!team->ready.load()) std::this_thread::yield();
-      (*run)(s, team->barrier.count, team->barrier);
+      (*run)(s, team->members);
       team->done.fetch_add(1);
     });
   }
@@ -165,9 +189,9 @@ void OnTeam(ffi::ThreadPool& pool, int want, Body body) {
     std::this_thread::yield();
   }
   const int members = team->state.fetch_or(kClosed);
-  team->barrier.count = members;
+  team->members = members;
   team->ready.store(true);
-  body(0, members, team->barrier);
+  body(0, members);
   while (team->done.load() < members - 1) std::this_thread::yield();
 }
 
@@ -219,84 +243,83 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xs, Buffer c0, Buffer 
   const int64_t panels = (H + kUnits - 1) / kUnits, h_pad = panels * kUnits;
   std::vector<float> ht[2] = {std::vector<float>(h_pad * B), std::vector<float>(h_pad * B)};
 
-  OnTeam(pool, Threads(pool, panels), [&](int thread, int threads, Barrier& barrier) {
-    const int64_t lo = panels * thread / threads, hi = panels * (thread + 1) / threads;
-    float* packed = Scratch((hi - lo) * H * kNR) - lo * H * kNR;  // this thread's panels
-    // panel j, row k: the 4 gates of units j * kUnits + q, gate-major: W[k][g * H + u]
-    for (int64_t k = 0; k < H; ++k) {  // W row by row, for the TLB's sake
-      for (int64_t j = lo; j < hi; ++j) {
-        const int units = static_cast<int>(std::min<int64_t>(kUnits, H - j * kUnits));
-        for (int g = 0; g < 4; ++g) {
-          float* p = packed + (j * H + k) * kNR + g * kUnits;
-          Copy(pw + k * G + g * H + j * kUnits, units, p);
-          std::fill(p + units, p + kUnits, 0.f);
-        }
-      }
-    }
-    for (int64_t j = lo; j < hi; ++j) {
-      for (int64_t u = j * kUnits; u < (j + 1) * kUnits; ++u) {  // h_0 (times the mask)
-        for (int64_t r = 0; r < B; ++r) {
-          ht[0][u * B + r] = u < H ? h[r * H + u] * (pr ? pr[r * H + u] : 1.f) : 0.f;
-        }
-      }
-    }
+  // the packed weight: panel j, row k holds the 4 gates of units j * kUnits + q,
+  // gate-major: W[k][g * H + u]; in the calling thread's buffer, kept for its next call
+  float* packed = Scratch(panels * H * kNR);
+  Stages stages(panels);
+  OnTeam(pool, Threads(pool, panels), [&](int member, int members) {
     alignas(64) float tile[kMR * kNR];
-    barrier.Wait();
-    for (int64_t t = 0; t < T; ++t) {
+    stages.Run(member, members, T + 1, [&](int64_t stage, int64_t j) {
+      if (stage == 0) {  // item j packs W's rows [H j / panels, H (j + 1) / panels) ...
+        for (int64_t k = H * j / panels; k < H * (j + 1) / panels; ++k) {
+          for (int64_t i = 0; i < panels; ++i) {  // row by row, for the TLB's sake
+            const int units = static_cast<int>(std::min<int64_t>(kUnits, H - i * kUnits));
+            for (int g = 0; g < 4; ++g) {
+              float* p = packed + (i * H + k) * kNR + g * kUnits;
+              Copy(pw + k * G + g * H + i * kUnits, units, p);
+              std::fill(p + units, p + kUnits, 0.f);
+            }
+          }
+        }
+        for (int64_t u = j * kUnits; u < (j + 1) * kUnits; ++u) {  // ... and panel j's h_0
+          for (int64_t r = 0; r < B; ++r) {
+            ht[0][u * B + r] = u < H ? h[r * H + u] * (pr ? pr[r * H + u] : 1.f) : 0.f;
+          }
+        }
+        return;
+      }
+      const int64_t t = stage - 1;  // item j: step t of panel j's units
       const float* a = ht[t % 2].data();
       float* a_next = ht[(t + 1) % 2].data();
       for (int64_t r0 = 0; r0 < B; r0 += kMR) {
         const int rows = static_cast<int>(std::min<int64_t>(kMR, B - r0));
-        for (int64_t j = lo; j < hi; ++j) {
-          kTiles[rows - 1](a + r0, B, packed + j * H * kNR, H, tile);
-          const int64_t u0 = j * kUnits;
-          const int units = static_cast<int>(std::min<int64_t>(kUnits, H - u0));
-          for (int i = 0; i < rows; ++i) {
-            const int64_t r = r0 + i, row = t * B + r;
-            float* z = tile + i * kNR;
-            const float* x = px + row * G + u0;
-            for (int g = 0; g < 4; ++g) {
-              for (int q = 0; q < units; ++q) z[g * kUnits + q] += x[g * H + q];
-            }
-            for (int q = 0; q < kNR; ++q) {  // the gates: cells.lstm_gates
-              const float s = q / kUnits == 2 ? 1.f : 0.5f;
-              z[q] = s * Tanh(s * z[q]) + (1.f - s);
-            }
-            float* cr = c + r * H + u0;
-            float* hr = h + r * H + u0;
-            alignas(64) float c_old[kUnits] = {}, c_new[kUnits], tc[kUnits], h_new[kUnits];
-            Copy(cr, units, c_old);
-            for (int q = 0; q < kUnits; ++q) {  // the state update: cells.lstm_update
-              c_new[q] = z[kUnits + q] * c_old[q] + z[q] * z[2 * kUnits + q];
-              tc[q] = Tanh(c_new[q]);
-              h_new[q] = z[3 * kUnits + q] * tc[q];
-            }
-            if (save) {
-              float* ac = acts->typed_data() + row * G + u0;
-              for (int g = 0; g < 4; ++g) Copy(z + g * kUnits, units, ac + g * H);
-              Copy(c_old, units, c_prev->typed_data() + row * H + u0);
-              Copy(tc, units, tc_out->typed_data() + row * H + u0);
-              Copy(hr, units, h_prev->typed_data() + row * H + u0);
-            }
-            const bool keep = pm == nullptr || pm[row] != 0.f;
-            if (keep) Copy(c_new, units, cr), Copy(h_new, units, hr);
-            float* y = py + row * H + u0;
-            if (keep) {
-              Copy(h_new, units, y);
-            } else {
-              for (int q = 0; q < units; ++q) y[q] = 0.f;
-            }
-            float* an = a_next + u0 * B + r;
-            if (pr != nullptr) {
-              for (int q = 0; q < units; ++q) an[q * B] = hr[q] * pr[r * H + u0 + q];
-            } else {
-              for (int q = 0; q < units; ++q) an[q * B] = hr[q];
-            }
+        kTiles[rows - 1](a + r0, B, packed + j * H * kNR, H, tile);
+        const int64_t u0 = j * kUnits;
+        const int units = static_cast<int>(std::min<int64_t>(kUnits, H - u0));
+        for (int i = 0; i < rows; ++i) {
+          const int64_t r = r0 + i, row = t * B + r;
+          float* z = tile + i * kNR;
+          const float* x = px + row * G + u0;
+          for (int g = 0; g < 4; ++g) {
+            for (int q = 0; q < units; ++q) z[g * kUnits + q] += x[g * H + q];
+          }
+          for (int q = 0; q < kNR; ++q) {  // the gates: cells.lstm_gates
+            const float s = q / kUnits == 2 ? 1.f : 0.5f;
+            z[q] = s * Tanh(s * z[q]) + (1.f - s);
+          }
+          float* cr = c + r * H + u0;
+          float* hr = h + r * H + u0;
+          alignas(64) float c_old[kUnits] = {}, c_new[kUnits], tc[kUnits], h_new[kUnits];
+          Copy(cr, units, c_old);
+          for (int q = 0; q < kUnits; ++q) {  // the state update: cells.lstm_update
+            c_new[q] = z[kUnits + q] * c_old[q] + z[q] * z[2 * kUnits + q];
+            tc[q] = Tanh(c_new[q]);
+            h_new[q] = z[3 * kUnits + q] * tc[q];
+          }
+          if (save) {
+            float* ac = acts->typed_data() + row * G + u0;
+            for (int g = 0; g < 4; ++g) Copy(z + g * kUnits, units, ac + g * H);
+            Copy(c_old, units, c_prev->typed_data() + row * H + u0);
+            Copy(tc, units, tc_out->typed_data() + row * H + u0);
+            Copy(hr, units, h_prev->typed_data() + row * H + u0);
+          }
+          const bool keep = pm == nullptr || pm[row] != 0.f;
+          if (keep) Copy(c_new, units, cr), Copy(h_new, units, hr);
+          float* y = py + row * H + u0;
+          if (keep) {
+            Copy(h_new, units, y);
+          } else {
+            for (int q = 0; q < units; ++q) y[q] = 0.f;
+          }
+          float* an = a_next + u0 * B + r;
+          if (pr != nullptr) {
+            for (int q = 0; q < units; ++q) an[q * B] = hr[q] * pr[r * H + u0 + q];
+          } else {
+            for (int q = 0; q < units; ++q) an[q * B] = hr[q];
           }
         }
       }
-      barrier.Wait();
-    }
+    });
   });
   return ffi::Error::Success();
 }
@@ -341,23 +364,52 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dc_last, 
   std::vector<float> dzt[2] = {std::vector<float>(G * B), std::vector<float>(G * B)};
   std::vector<float> dh_pass(B * H);
 
-  OnTeam(pool, Threads(pool, panels), [&](int thread, int threads, Barrier& barrier) {
-    const int64_t lo = panels * thread / threads, hi = panels * (thread + 1) / threads;
-    const int64_t u_lo = lo * kNR, u_hi = std::min(hi * kNR, H);
-    float* packed = Scratch((hi - lo) * G * kNR) - lo * G * kNR;  // this thread's panels
-    for (int64_t j = lo; j < hi; ++j) {
-      float* p = packed + j * G * kNR;
-      for (int64_t k = 0; k < G; ++k) {
-        for (int q = 0; q < kNR; ++q) {
-          const int64_t u = j * kNR + q;
-          p[k * kNR + q] = u < H ? pw[u * G + k] : 0.f;
+  // panel j: the rows of W^T (4H of them) for units j * kNR + q; in the calling thread's
+  // buffer, kept for its next call
+  float* packed = Scratch(panels * G * kNR);
+  Stages stages(panels);
+  OnTeam(pool, Threads(pool, panels), [&](int member, int members) {
+    alignas(64) float tile[kMR * kNR];
+    // Item j of stage 0 packs panel j; of stage s in [1, T], for step t = T - s and panel
+    // j's units, finishes step t + 1 (dh_in = dz_{t+1} @ W^T, after the first) and computes
+    // the gates' gradients of step t; of stage T + 1, finishes step 0.
+    stages.Run(member, members, T + 2, [&](int64_t stage, int64_t j) {
+      const int64_t u_lo = j * kNR, u_hi = std::min(u_lo + kNR, H);
+      if (stage == 0) {
+        float* p = packed + j * G * kNR;
+        for (int64_t k = 0; k < G; ++k) {
+          for (int q = 0; q < kNR; ++q) {
+            const int64_t u = j * kNR + q;
+            p[k * kNR + q] = u < H ? pw[u * G + k] : 0.f;
+          }
+        }
+        return;
+      }
+      const int64_t t = T - stage;
+      if (t + 1 < T) {  // dh of step t + 1's inputs: its dz (all units') times W^T
+        const float* a_next = dzt[(t + 1) % 2].data();
+        for (int64_t r0 = 0; r0 < B; r0 += kMR) {
+          const int rows = static_cast<int>(std::min<int64_t>(kMR, B - r0));
+          kTiles[rows - 1](a_next + r0, B, packed + j * G * kNR, G, tile);
+          const int64_t u0 = j * kNR;
+          const int units = static_cast<int>(std::min<int64_t>(kNR, H - u0));
+          for (int i = 0; i < rows; ++i) {
+            const int64_t r = r0 + i;
+            for (int q = 0; q < units; ++q) {
+              const int64_t at = r * H + u0 + q;
+              float dh_in = tile[i * kNR + q];
+              if (pr) {
+                pdr[at] += h_prev.typed_data()[((t + 1) * B + r) * H + u0 + q] * dh_in;
+                dh_in *= pr[at];
+              }
+              dh[at] = dh_pass[at] + dh_in;
+            }
+          }
         }
       }
-    }
-    alignas(64) float tile[kMR * kNR];
-    for (int64_t t = T - 1; t >= 0; --t) {
+      if (t < 0) return;
       float* a = dzt[t % 2].data();
-      // the gates' gradients of this thread's units: recurrent._lstm_scan_bwd's
+      // the gates' gradients of step t for panel j's units: recurrent._lstm_scan_bwd's
       for (int64_t r = 0; r < B; ++r) {
         const int64_t row = t * B + r, x = row * H;
         const int64_t at = r * H;
@@ -402,28 +454,7 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dc_last, 
           for (int64_t u = u_lo; u < u_hi; ++u) a[(g * H + u) * B + r] = dzi[g * H + u];
         }
       }
-      barrier.Wait();
-      for (int64_t r0 = 0; r0 < B; r0 += kMR) {
-        const int rows = static_cast<int>(std::min<int64_t>(kMR, B - r0));
-        for (int64_t j = lo; j < hi; ++j) {
-          kTiles[rows - 1](a + r0, B, packed + j * G * kNR, G, tile);
-          const int64_t u0 = j * kNR;
-          const int units = static_cast<int>(std::min<int64_t>(kNR, H - u0));
-          for (int i = 0; i < rows; ++i) {
-            const int64_t r = r0 + i;
-            for (int q = 0; q < units; ++q) {
-              const int64_t at = r * H + u0 + q;
-              float dh_in = tile[i * kNR + q];
-              if (pr) {
-                pdr[at] += h_prev.typed_data()[(t * B + r) * H + u0 + q] * dh_in;
-                dh_in *= pr[at];
-              }
-              dh[at] = dh_pass[at] + dh_in;
-            }
-          }
-        }
-      }
-    }
+    });
   });
   return ffi::Error::Success();
 }
