@@ -12,7 +12,8 @@ stays XLA's: as one call per direction it measured 0.96x (DC-Bi-LSTM, run AG).
 
 ``DENSE_RNN_LSTM_KERNEL``: ``auto`` (default: x86-64 Linux CPUs with AVX-512, where it
 measured 1.02-1.19x XLA's scans on Intel Xeons and AMD EPYCs; with AVX2 alone its 6x16
-register tile measured 0.94-1.06x), ``on`` (any x86-64 Linux CPU), ``off`` (XLA's scans).
+register tile measured 0.94-1.06x, on an AVX-512 EPYC built without it), ``on`` (any
+x86-64 Linux CPU), ``off`` (XLA's scans).
 """
 
 from __future__ import annotations
