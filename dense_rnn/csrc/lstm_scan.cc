@@ -391,15 +391,13 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dc_last, 
         for (int64_t r0 = 0; r0 < B; r0 += kMR) {
           const int rows = static_cast<int>(std::min<int64_t>(kMR, B - r0));
           kTiles[rows - 1](a_next + r0, B, packed + j * G * kNR, G, tile);
-          const int64_t u0 = j * kNR;
-          const int units = static_cast<int>(std::min<int64_t>(kNR, H - u0));
           for (int i = 0; i < rows; ++i) {
             const int64_t r = r0 + i;
-            for (int q = 0; q < units; ++q) {
-              const int64_t at = r * H + u0 + q;
-              float dh_in = tile[i * kNR + q];
+            for (int64_t u = u_lo; u < u_hi; ++u) {
+              const int64_t at = r * H + u;
+              float dh_in = tile[i * kNR + u - u_lo];
               if (pr) {
-                pdr[at] += h_prev.typed_data()[((t + 1) * B + r) * H + u0 + q] * dh_in;
+                pdr[at] += h_prev.typed_data()[((t + 1) * B + r) * H + u] * dh_in;
                 dh_in *= pr[at];
               }
               dh[at] = dh_pass[at] + dh_in;
