@@ -196,7 +196,14 @@ void OnTeam(ffi::ThreadPool& pool, int want, Body body) {
 }
 
 int Threads(ffi::ThreadPool& pool, int64_t panels) {
-  return static_cast<int>(std::clamp<int64_t>(std::min<int64_t>(pool.num_threads(), panels), 1, 64));
+  const int64_t threads = std::min<int64_t>(pool.num_threads(), panels);
+  return static_cast<int>(std::clamp<int64_t>(threads, 1, 64));
+}
+
+// A buffer's element count, signed like the shapes it is checked against.
+template <typename B>
+int64_t Count(const B& buffer) {
+  return static_cast<int64_t>(buffer.element_count());
 }
 
 ffi::Error Check(bool ok, const char* what) {
@@ -214,17 +221,17 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xs, Buffer c0, Buffer 
   }
   const int64_t H = w.dimensions()[0], G = 4 * H, T = xs.dimensions()[0],
                 B = xs.dimensions()[1];
-  const bool masked = mask.element_count() > 0, dropped = rmask.element_count() > 0,
-             save = acts->element_count() > 0;
+  const bool masked = Count(mask) > 0, dropped = Count(rmask) > 0,
+             save = Count(*acts) > 0;
   if (auto e = Check(w.dimensions()[1] == G && xs.dimensions()[2] == G &&
-                         c0.element_count() == B * H && h0.element_count() == B * H &&
-                         (!masked || mask.element_count() == T * B) &&
-                         (!dropped || rmask.element_count() == B * H) &&
-                         ys->element_count() == T * B * H &&
-                         (!save || (acts->element_count() == T * B * G &&
-                                    c_prev->element_count() == T * B * H &&
-                                    tc_out->element_count() == T * B * H &&
-                                    h_prev->element_count() == T * B * H)),
+                         Count(c0) == B * H && Count(h0) == B * H &&
+                         (!masked || Count(mask) == T * B) &&
+                         (!dropped || Count(rmask) == B * H) &&
+                         Count(*ys) == T * B * H &&
+                         (!save || (Count(*acts) == T * B * G &&
+                                    Count(*c_prev) == T * B * H &&
+                                    Count(*tc_out) == T * B * H &&
+                                    Count(*h_prev) == T * B * H)),
                      "dense_rnn_lstm_forward: operand shapes differ");
       e.failure()) {
     return e;
@@ -335,15 +342,15 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dc_last, 
   }
   const int64_t H = w.dimensions()[0], G = 4 * H, T = dys.dimensions()[0],
                 B = dys.dimensions()[1];
-  const bool masked = mask.element_count() > 0, dropped = rmask.element_count() > 0;
+  const bool masked = Count(mask) > 0, dropped = Count(rmask) > 0;
   if (auto e = Check(w.dimensions()[1] == G && dys.dimensions()[2] == H &&
-                         dc_last.element_count() == B * H && dh_last.element_count() == B * H &&
-                         (!masked || mask.element_count() == T * B) &&
-                         (!dropped || (rmask.element_count() == B * H &&
-                                       drmask->element_count() == B * H)) &&
-                         acts.element_count() == T * B * G && c_prev.element_count() == T * B * H &&
-                         tc.element_count() == T * B * H && h_prev.element_count() == T * B * H &&
-                         dzs->element_count() == T * B * G,
+                         Count(dc_last) == B * H && Count(dh_last) == B * H &&
+                         (!masked || Count(mask) == T * B) &&
+                         (!dropped || (Count(rmask) == B * H &&
+                                       Count(*drmask) == B * H)) &&
+                         Count(acts) == T * B * G && Count(c_prev) == T * B * H &&
+                         Count(tc) == T * B * H && Count(h_prev) == T * B * H &&
+                         Count(*dzs) == T * B * G,
                      "dense_rnn_lstm_backward: operand shapes differ");
       e.failure()) {
     return e;
