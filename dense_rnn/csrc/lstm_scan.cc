@@ -4,8 +4,10 @@
 //
 // What XLA runs as ~16 kernels a step (the product h @ W_hh, the gates, the state update,
 // the masks) is here one loop over the steps. The recurrent weight is packed once a call
-// into panels that a register-tiled product streams at every step, and the gates and the
-// state update of a tile are computed right after its product, while it is in L1. The
+// into panels that a register-tiled product streams at every step; its left operand is read
+// row by row where it lies (the backward's dz_{t+1} straight from its output), so no step
+// writes a transposed copy. The gates and the state update of a tile are computed right
+// after its product, while it is in L1. The
 // panels of a step are shared out between the calling thread and tasks on XLA's intra-op
 // pool (OnTeam) as items claimed one at a time (Stages): each thread takes its own share
 // first, then what the others have not begun, so a thread the OS deschedules (for the
@@ -67,7 +69,7 @@ inline float Tanh(float x) {
   return std::abs(x) < 0.0004f ? x : x * p / q;
 }
 
-// out[r][0:kNR] = sum_k a[k * lda + r] * panel[k][0:kNR] for r < R: a register tile.
+// out[r][0:kNR] = sum_k a[r * lda + k] * panel[k][0:kNR] for r < R: a register tile.
 template <int R>
 void Tile(const float* a, int64_t lda, const float* panel, int64_t k_size, float* out) {
   Vec acc0[R], acc1[R];
@@ -75,11 +77,11 @@ void Tile(const float* a, int64_t lda, const float* panel, int64_t k_size, float
   for (int64_t k = 0; k < k_size; ++k) {
     const Vec w0 = *reinterpret_cast<const Vec*>(panel + k * kNR);
     const Vec w1 = *reinterpret_cast<const Vec*>(panel + k * kNR + kVL);
-    const float* ak = a + k * lda;
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      acc0[r] += ak[r] * w0;
-      acc1[r] += ak[r] * w1;
+      const float x = a[r * lda + k];
+      acc0[r] += x * w0;
+      acc1[r] += x * w1;
     }
   }
   for (int r = 0; r < R; ++r) {
@@ -88,10 +90,11 @@ void Tile(const float* a, int64_t lda, const float* panel, int64_t k_size, float
   }
 }
 
-// dst[0:n] = src[0:n] for n <= kUnits, without a call to memmove.
+// dst[0:n] = src[0:n] for n <= kUnits, without a call to memmove: a whole panel's units
+// as one vector move.
 inline void Copy(const float* src, int n, float* dst) {
   if (n == kUnits) {
-    for (int q = 0; q < kUnits; ++q) dst[q] = src[q];
+    std::memcpy(dst, src, kUnits * sizeof(float));
   } else {
     for (int q = 0; q < n; ++q) dst[q] = src[q];
   }
@@ -247,8 +250,9 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xs, Buffer c0, Buffer 
   const float* pr = dropped ? rmask.typed_data() : nullptr;
   float* py = ys->typed_data();
 
-  const int64_t panels = (H + kUnits - 1) / kUnits, h_pad = panels * kUnits;
-  std::vector<float> ht[2] = {std::vector<float>(h_pad * B), std::vector<float>(h_pad * B)};
+  const int64_t panels = (H + kUnits - 1) / kUnits;
+  // the recurrent product's input h_{t-1} (times rmask), (B, H), one buffer a step in turn
+  std::vector<float> hin[2] = {std::vector<float>(B * H), std::vector<float>(B * H)};
 
   // the packed weight: panel j, row k holds the 4 gates of units j * kUnits + q,
   // gate-major: W[k][g * H + u]; in the calling thread's buffer, kept for its next call
@@ -270,17 +274,17 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xs, Buffer c0, Buffer 
         }
         for (int64_t u = j * kUnits; u < (j + 1) * kUnits; ++u) {  // ... and panel j's h_0
           for (int64_t r = 0; r < B; ++r) {
-            ht[0][u * B + r] = u < H ? h[r * H + u] * (pr ? pr[r * H + u] : 1.f) : 0.f;
+            if (u < H) hin[0][r * H + u] = h[r * H + u] * (pr ? pr[r * H + u] : 1.f);
           }
         }
         return;
       }
       const int64_t t = stage - 1;  // item j: step t of panel j's units
-      const float* a = ht[t % 2].data();
-      float* a_next = ht[(t + 1) % 2].data();
+      const float* a = hin[t % 2].data();
+      float* a_next = hin[(t + 1) % 2].data();
       for (int64_t r0 = 0; r0 < B; r0 += kMR) {
         const int rows = static_cast<int>(std::min<int64_t>(kMR, B - r0));
-        kTiles[rows - 1](a + r0, B, packed + j * H * kNR, H, tile);
+        kTiles[rows - 1](a + r0 * H, H, packed + j * H * kNR, H, tile);
         const int64_t u0 = j * kUnits;
         const int units = static_cast<int>(std::min<int64_t>(kUnits, H - u0));
         for (int i = 0; i < rows; ++i) {
@@ -318,11 +322,11 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xs, Buffer c0, Buffer 
           } else {
             for (int q = 0; q < units; ++q) y[q] = 0.f;
           }
-          float* an = a_next + u0 * B + r;
+          float* an = a_next + r * H + u0;
           if (pr != nullptr) {
-            for (int q = 0; q < units; ++q) an[q * B] = hr[q] * pr[r * H + u0 + q];
+            for (int q = 0; q < units; ++q) an[q] = hr[q] * pr[r * H + u0 + q];
           } else {
-            for (int q = 0; q < units; ++q) an[q * B] = hr[q];
+            Copy(hr, units, an);
           }
         }
       }
@@ -368,7 +372,6 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dc_last, 
 
   // the product dh_in = dz @ W^T: panels of kNR units over W^T's 4H rows
   const int64_t panels = (H + kNR - 1) / kNR;
-  std::vector<float> dzt[2] = {std::vector<float>(G * B), std::vector<float>(G * B)};
   std::vector<float> dh_pass(B * H);
 
   // panel j: the rows of W^T (4H of them) for units j * kNR + q; in the calling thread's
@@ -394,10 +397,10 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dc_last, 
       }
       const int64_t t = T - stage;
       if (t + 1 < T) {  // dh of step t + 1's inputs: its dz (all units') times W^T
-        const float* a_next = dzt[(t + 1) % 2].data();
+        const float* a_next = dzs->typed_data() + (t + 1) * B * G;  // every unit's, by now
         for (int64_t r0 = 0; r0 < B; r0 += kMR) {
           const int rows = static_cast<int>(std::min<int64_t>(kMR, B - r0));
-          kTiles[rows - 1](a_next + r0, B, packed + j * G * kNR, G, tile);
+          kTiles[rows - 1](a_next + r0 * G, G, packed + j * G * kNR, G, tile);
           for (int i = 0; i < rows; ++i) {
             const int64_t r = r0 + i;
             for (int64_t u = u_lo; u < u_hi; ++u) {
@@ -413,7 +416,6 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dc_last, 
         }
       }
       if (t < 0) return;
-      float* a = dzt[t % 2].data();
       // the gates' gradients of step t for panel j's units: recurrent._lstm_scan_bwd's
       for (int64_t r = 0; r < B; ++r) {
         const int64_t row = t * B + r, x = row * H;
@@ -454,9 +456,6 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dc_last, 
         } else {  // padding: no gradient for its gates, the carry's passed on
           for (int g = 0; g < 4; ++g) std::fill(dzi + g * H + u_lo, dzi + g * H + u_hi, 0.f);
           std::copy(dhr + u_lo, dhr + u_hi, dhp + u_lo);
-        }
-        for (int g = 0; g < 4; ++g) {
-          for (int64_t u = u_lo; u < u_hi; ++u) a[(g * H + u) * B + r] = dzi[g * H + u];
         }
       }
     });
