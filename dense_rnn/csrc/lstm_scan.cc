@@ -7,13 +7,12 @@
 // into panels that a register-tiled product streams at every step; its left operand is read
 // row by row where it lies (the backward's dz_{t+1} straight from its output), so no step
 // writes a transposed copy. The gates and the state update of a tile are computed right
-// after its product, while it is in L1. The
-// panels of a step are shared out between the calling thread and tasks on XLA's intra-op
-// pool (OnTeam) as items claimed one at a time (Stages): each thread takes its own share
-// first, then what the others have not begun, so a thread the OS deschedules (for the
-// caller's host work, say) holds up a step by one panel at most, not by its whole share. A
-// step starts once every panel of the one before is done: its product reads every unit's
-// new state.
+// after its product, while it is in L1. The panels of a step are shared out between the
+// calling thread and tasks on XLA's intra-op pool (OnTeam) as items claimed one at a time
+// (Stages): each thread takes its own share first, then what the others have not begun, so
+// a thread the OS deschedules (for the caller's host work, say) holds up a step by one
+// panel at most, not by its whole share. A step starts once every panel of the one before
+// is done: its product reads every unit's new state.
 //
 // The arithmetic is cells.lstm_gates / cells.lstm_update and recurrent._lstm_scan_bwd's,
 // with tanh as XLA's CPU backend and Eigen compute it (the same rational approximation).
@@ -272,9 +271,9 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xs, Buffer c0, Buffer 
             }
           }
         }
-        for (int64_t u = j * kUnits; u < (j + 1) * kUnits; ++u) {  // ... and panel j's h_0
-          for (int64_t r = 0; r < B; ++r) {
-            if (u < H) hin[0][r * H + u] = h[r * H + u] * (pr ? pr[r * H + u] : 1.f);
+        for (int64_t r = 0; r < B; ++r) {  // ... and panel j's h_0
+          for (int64_t u = j * kUnits; u < std::min((j + 1) * kUnits, H); ++u) {
+            hin[0][r * H + u] = h[r * H + u] * (pr ? pr[r * H + u] : 1.f);
           }
         }
         return;
