@@ -7,8 +7,10 @@ a call for a register-tiled product, the gates and the state update computed bes
 each step's panels of hidden units claimed one at a time by XLA's intra-op threads (a
 thread the OS deschedules holds up a step by one panel at most). The arithmetic
 is ``cells.lstm_step``'s; ``tests/test_lstm_kernel.py`` checks both calls against the XLA
-scans and float64 NumPy. A bidirectional layer's scan, both directions in one ``lax.scan``,
-stays XLA's: as one call per direction it measured 0.96x (DC-Bi-LSTM, run AG).
+scans and float64 NumPy. A scan with a direction axis (``lstm_scan``'s D independent LSTMs,
+a bidirectional layer's two) is one call too: each step's panels of every direction are
+its items, so the directions' steps run side by side (DC-Bi-LSTM's training step measured
+1.14x on an AMD EPYC; one call per direction had measured 0.96x on an Intel Xeon, run AG).
 
 ``DENSE_RNN_LSTM_KERNEL``: ``auto`` (default: x86-64 Linux CPUs with AVX-512, where it
 measured 1.02-1.19x XLA's scans on Intel Xeons and AMD EPYCs; with AVX2 alone its 6x16
@@ -54,9 +56,10 @@ def available() -> bool:
 
 
 def applies(w_hh: Array, *arrays: Array | None) -> bool:
-    """Whether ``lstm_scan`` with the recurrent weight ``w_hh`` and these operands runs the
-    kernel: one direction (a 2-D ``w_hh``), all float32, and ``available()``."""
-    return (w_hh.ndim == 2 and all(a is None or a.dtype == jnp.float32 for a in (w_hh, *arrays))
+    """Whether ``lstm_scan`` with the recurrent weight ``w_hh`` (H, 4H), or (D, H, 4H) for D
+    directions, and these operands runs the kernel: all float32, and ``available()``."""
+    return (w_hh.ndim in (2, 3)
+            and all(a is None or a.dtype == jnp.float32 for a in (w_hh, *arrays))
             and available())
 
 
@@ -78,14 +81,17 @@ def forward(w_hh: Array, xs: Array, carry: tuple[Array, Array], mask: Array | No
             rmask: Array | None, save: bool
             ) -> tuple[tuple[Array, Array], Array, Residuals | None]:
     """``recurrent._lstm_forward`` (no ``unroll``) as the kernel: ``(carry, ys, residuals)``,
-    the residuals time-major and ``None`` unless ``save``."""
+    the residuals time-major and ``None`` unless ``save``. With a direction axis (``w_hh``
+    (D, H, 4H), ``xs`` (T, D, B, 4H), the carry (D, B, H)) the D directions run in one call,
+    their steps side by side."""
     _require()
     c0, h0 = carry
     r = None if rmask is None else jnp.broadcast_to(rmask, h0.shape)
-    t, b, g = xs.shape
+    t, *lead, g = xs.shape  # lead: ([D,] B)
     n = g // 4
-    shapes = [(t, b, n), (b, n), (b, n),
-              *([(t, b, g), (t, b, n), (t, b, n), (t, b, n)] if save else [(0,)] * 4)]
+    step = (t, *lead, n)
+    shapes = [step, h0.shape, h0.shape,
+              *([(t, *lead, g), step, step, step] if save else [(0,)] * 4)]
     ys, c, h, *res = _call("lstm_forward", shapes, w_hh, xs, c0, h0, _flat(mask), _flat(r))
     return (c, h), ys, tuple(res) if save else None
 
@@ -99,8 +105,8 @@ def backward(w_hh: Array, dys: Array, dcarry: tuple[Array, Array], mask: Array |
     _require()
     dc, dh = dcarry
     r = None if rmask is None else jnp.broadcast_to(rmask, dh.shape)
-    t, b, n = dys.shape
-    shapes = [(t, b, 4 * n), (b, n), (b, n), (b, n) if r is not None else (0,)]
+    *steps, n = dys.shape  # steps: (T, [D,] B)
+    shapes = [(*steps, 4 * n), dh.shape, dh.shape, dh.shape if r is not None else (0,)]
     dzs, dc0, dh0, drmask = _call("lstm_backward", shapes, w_hh, dys, dc, dh, _flat(mask),
                                   _flat(r), *res)
     return dzs, (dc0, dh0), drmask if r is not None else None

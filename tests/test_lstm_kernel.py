@@ -28,14 +28,23 @@ def kernel_on(monkeypatch):
         pytest.skip("the C++ kernels cannot be built or loaded here")
 
 
-def operands(t, b, h, seed=0, masked=False, dropped=False):
+def operands(t, b, h, seed=0, masked=False, dropped=False, directions=None):
+    """One LSTM's operands, or with ``directions`` D that many, stacked on a direction axis
+    (``w`` (D, H, 4H), ``xs`` (T, D, B, 4H), carries (D, B, H)) with one mask (T, B)."""
     rng = np.random.default_rng(seed)
+    d = () if directions is None else (directions,)
     f32 = lambda *s, scale=1.0: (scale * rng.standard_normal(s)).astype(np.float32)  # noqa: E731
     return {
-        "w": f32(h, 4 * h, scale=0.3), "xs": f32(t, b, 4 * h), "c": f32(b, h), "h": f32(b, h),
-        "mask": rng.random((t, b)) < 0.7 if masked else None,
-        "rmask": ((rng.random((b, h)) < 0.8) / 0.8).astype(np.float32) if dropped else None,
+        "w": f32(*d, h, 4 * h, scale=0.3), "xs": f32(t, *d, b, 4 * h), "c": f32(*d, b, h),
+        "h": f32(*d, b, h), "mask": rng.random((t, b)) < 0.7 if masked else None,
+        "rmask": ((rng.random((*d, b, h)) < 0.8) / 0.8).astype(np.float32) if dropped else None,
     }
+
+
+def direction(a, d):
+    """Direction ``d``'s operands of ``operands(..., directions=D)``."""
+    pick = {"w": 0, "xs": 1, "c": 0, "h": 0, "rmask": 0}
+    return {k: v if v is None or k not in pick else np.take(v, d, pick[k]) for k, v in a.items()}
 
 
 def numpy_lstm(w, xs, c, h, mask, rmask):
@@ -70,6 +79,19 @@ def test_forward_matches_float64_numpy(kernel_on, t, b, h, masked, dropped):
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
 
 
+@pytest.mark.parametrize("t, b, h", [(5, 13, 33), (4, 21, 13)])
+def test_directions_in_one_call_match_float64_numpy(kernel_on, t, b, h):
+    """D = 3 LSTMs on a direction axis, one mask for all: each direction is its own LSTM."""
+    a = operands(t, b, h, masked=True, dropped=True, directions=3)
+    (c, hh), ys, res = jax.jit(lstm_kernel.forward, static_argnums=5)(
+        a["w"], a["xs"], (a["c"], a["h"]), a["mask"], a["rmask"], True)
+    for d in range(3):
+        want_ys, (want_c, want_h), want_res = numpy_lstm(**direction(a, d))
+        got = [ys[:, d], c[d], hh[d], *(r[:, d] for r in res)]
+        for g, w in zip(got, [want_ys, want_c, want_h, *want_res], strict=True):
+            np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5)
+
+
 def test_forward_of_no_steps_returns_the_carry(kernel_on):
     a = operands(0, 3, 5)
     (c, h), ys, _ = lstm_kernel.forward(a["w"], a["xs"], (a["c"], a["h"]), None, None, True)
@@ -78,15 +100,15 @@ def test_forward_of_no_steps_returns_the_carry(kernel_on):
     np.testing.assert_array_equal(h, a["h"])
 
 
-@pytest.mark.parametrize("t, b, h", SHAPES)
+@pytest.mark.parametrize("t, b, h, directions", [(*s, None) for s in SHAPES] + [(5, 13, 33, 2)])
 @pytest.mark.parametrize("masked, dropped", [(False, False), (True, False), (False, True)])
-def test_backward_matches_the_xla_scan(kernel_on, t, b, h, masked, dropped):
-    a = operands(t, b, h, masked=masked, dropped=dropped)
+def test_backward_matches_the_xla_scan(kernel_on, t, b, h, directions, masked, dropped):
+    a = operands(t, b, h, masked=masked, dropped=dropped, directions=directions)
     _, _, res = lstm_kernel.forward(a["w"], a["xs"], (a["c"], a["h"]), a["mask"], a["rmask"],
                                     True)
     rng = np.random.default_rng(1)
-    dys = rng.standard_normal((t, b, h)).astype(np.float32)
-    dcarry = tuple(rng.standard_normal((2, b, h)).astype(np.float32))
+    dys = rng.standard_normal(a["xs"].shape[:-1] + (h,)).astype(np.float32)
+    dcarry = tuple(rng.standard_normal((2, *a["c"].shape)).astype(np.float32))
     args = (a["w"], dys, dcarry, a["mask"], a["rmask"], res)
     got = jax.jit(lstm_kernel.backward)(*args)
     want = jax.jit(recurrent._xla_lstm_backward, static_argnums=6)(*args, 1)
@@ -102,10 +124,11 @@ def scan_value_and_grads(w, xs, carry, mask, rmask):
     return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)))(w, xs, carry, rmask)
 
 
-def test_lstm_scan_gradients_match_xla_scans(kernel_on, monkeypatch):
-    """Every gradient of ``lstm_scan`` (lengths and a recurrent dropout mask) through the
-    kernel and through XLA's scans."""
-    a = operands(6, 5, 9, masked=True, dropped=True)
+@pytest.mark.parametrize("directions", [None, 2])
+def test_lstm_scan_gradients_match_xla_scans(kernel_on, monkeypatch, directions):
+    """Every gradient of ``lstm_scan`` (lengths and a recurrent dropout mask; one direction
+    or two) through the kernel and through XLA's scans."""
+    a = operands(6, 5, 9, masked=True, dropped=True, directions=directions)
     args = (a["w"], a["xs"], (a["c"], a["h"]), jnp.asarray(a["mask"]), a["rmask"])
     got = scan_value_and_grads(*args)
     monkeypatch.setenv("DENSE_RNN_LSTM_KERNEL", "off")
@@ -114,12 +137,14 @@ def test_lstm_scan_gradients_match_xla_scans(kernel_on, monkeypatch):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
 
 
-def test_outputs_independent_of_padding(kernel_on):
+@pytest.mark.parametrize("layer", [recurrent.Recurrent("lstm", 6, reverse=True),
+                                   recurrent.Bidirectional("lstm", 6)])
+def test_outputs_independent_of_padding(kernel_on, layer):
     """A sequence's outputs through the kernel are the same whatever padding follows it,
     read forward and in reverse."""
-    layer = recurrent.Recurrent("lstm", 6, reverse=True)
     x = jax.random.normal(jax.random.key(0), (2, 9, 4))
     params = layer.init(jax.random.key(1), x, lengths=jnp.array([5, 9]))
+    assert uses_kernel(lambda x: layer.apply(params, x, lengths=jnp.array([5, 9]))[1], x)
     _, short = layer.apply(params, x[:, :5], lengths=jnp.array([5, 5]))
     _, long = layer.apply(params, x, lengths=jnp.array([5, 9]))
     np.testing.assert_allclose(long[0, :5], short[0], rtol=1e-6, atol=1e-6)
@@ -139,7 +164,7 @@ def test_which_scans_take_the_kernel(kernel_on, monkeypatch):
     assert not uses_kernel(scan, *(x.astype(jnp.bfloat16) for x in args))
     two = (jnp.stack([a["w"]] * 2), jnp.stack([a["xs"]] * 2, 1),  # a bidirectional scan
            jnp.stack([a["c"]] * 2), jnp.stack([a["h"]] * 2))
-    assert not uses_kernel(scan, *two)
+    assert uses_kernel(scan, *two)
     gru = lambda xs, h: recurrent.scan_cell(  # noqa: E731
         cells.get_cell("gru"), {"w_hh": jnp.ones((4, 12))}, xs, h)[1]
     assert not uses_kernel(gru, jnp.ones((2, 3, 12)), jnp.ones((2, 4)))

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -212,82 +213,114 @@ ffi::Error Check(bool ok, const char* what) {
   return ok ? ffi::Error::Success() : ffi::Error::InvalidArgument(what);
 }
 
-// Forward. w (H, 4H); xs (T, B, 4H); c0, h0 (B, H); mask (T, B) or empty; rmask (B, H) or
-// empty. Results: ys (T, B, H), c, h (B, H) and, unless empty, the residuals acts (T, B,
-// 4H), c_prev, tc, h_prev (T, B, H) of recurrent._lstm_forward.
+// The sizes of a call: D independent LSTMs (directions) of H units over T steps of B rows.
+// w is (D, H, 4H), or (H, 4H) for D = 1; a per-step operand (T, D, B, n), or (T, B, n), is
+// n-wide row (t * D + d) * B + r; a carry (D, B, H), row d * B + r.
+struct Dims {
+  int64_t D, H, G, T, B;
+};
+
+// The dims of w and a per-step operand seq (T, [D,] B, n), or an error message.
+const char* ReadDims(const Buffer& w, const Buffer& seq, Dims& dims) {
+  const auto wd = w.dimensions();
+  const auto sd = seq.dimensions();
+  if ((wd.size() != 2 && wd.size() != 3) || sd.size() != wd.size() + 1 ||
+      (wd.size() == 3 && sd[1] != wd[0])) {
+    return "w is (H, 4H) or (D, H, 4H); the sequence (T, B, n) or (T, D, B, n)";
+  }
+  dims.D = wd.size() == 3 ? wd[0] : 1;
+  dims.H = wd[wd.size() - 2];
+  dims.G = 4 * dims.H;
+  dims.T = sd[0];
+  dims.B = sd[sd.size() - 2];
+  return wd[wd.size() - 1] == dims.G ? nullptr : "w is (H, 4H) or (D, H, 4H)";
+}
+
+// Forward. w (D, H, 4H) or (H, 4H); xs (T, D, B, 4H) or (T, B, 4H); c0, h0 (D, B, H);
+// mask (T, B), the same for every direction, or empty; rmask (D, B, H) or empty. Results:
+// ys (T, D, B, H), c, h (D, B, H) and, unless empty, the residuals acts (T, D, B, 4H),
+// c_prev, tc, h_prev (T, D, B, H) of recurrent._lstm_forward (without D: its dims left out).
 ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xs, Buffer c0, Buffer h0, Buffer mask,
                    Buffer rmask, Result ys, Result c_out, Result h_out, Result acts,
                    Result c_prev, Result tc_out, Result h_prev) {
-  if (w.dimensions().size() != 2 || xs.dimensions().size() != 3) {
-    return ffi::Error::InvalidArgument("dense_rnn_lstm_forward: w is (H, 4H), xs (T, B, 4H)");
+  Dims dims;
+  if (const char* bad = ReadDims(w, xs, dims)) {
+    return ffi::Error::InvalidArgument(std::string("dense_rnn_lstm_forward: ") + bad);
   }
-  const int64_t H = w.dimensions()[0], G = 4 * H, T = xs.dimensions()[0],
-                B = xs.dimensions()[1];
+  const int64_t D = dims.D, H = dims.H, G = dims.G, T = dims.T, B = dims.B;
   const bool masked = Count(mask) > 0, dropped = Count(rmask) > 0,
              save = Count(*acts) > 0;
-  if (auto e = Check(w.dimensions()[1] == G && xs.dimensions()[2] == G &&
-                         Count(c0) == B * H && Count(h0) == B * H &&
+  const int64_t rows = T * D * B;  // of every per-step operand
+  if (auto e = Check(xs.dimensions().back() == G &&
+                         Count(c0) == D * B * H && Count(h0) == D * B * H &&
                          (!masked || Count(mask) == T * B) &&
-                         (!dropped || Count(rmask) == B * H) &&
-                         Count(*ys) == T * B * H &&
-                         (!save || (Count(*acts) == T * B * G &&
-                                    Count(*c_prev) == T * B * H &&
-                                    Count(*tc_out) == T * B * H &&
-                                    Count(*h_prev) == T * B * H)),
+                         (!dropped || Count(rmask) == D * B * H) &&
+                         Count(*ys) == rows * H &&
+                         (!save || (Count(*acts) == rows * G &&
+                                    Count(*c_prev) == rows * H &&
+                                    Count(*tc_out) == rows * H &&
+                                    Count(*h_prev) == rows * H)),
                      "dense_rnn_lstm_forward: operand shapes differ");
       e.failure()) {
     return e;
   }
   float* c = c_out->typed_data();
   float* h = h_out->typed_data();
-  std::copy_n(c0.typed_data(), B * H, c);
-  std::copy_n(h0.typed_data(), B * H, h);
-  if (T == 0 || B == 0 || H == 0) return ffi::Error::Success();
+  std::copy_n(c0.typed_data(), D * B * H, c);
+  std::copy_n(h0.typed_data(), D * B * H, h);
+  if (T == 0 || B == 0 || H == 0 || D == 0) return ffi::Error::Success();
   const float* pw = w.typed_data();
   const float* px = xs.typed_data();
   const float* pm = masked ? mask.typed_data() : nullptr;
   const float* pr = dropped ? rmask.typed_data() : nullptr;
   float* py = ys->typed_data();
 
-  const int64_t panels = (H + kUnits - 1) / kUnits;
-  // the recurrent product's input h_{t-1} (times rmask), (B, H), one buffer a step in turn
-  std::vector<float> hin[2] = {std::vector<float>(B * H), std::vector<float>(B * H)};
+  const int64_t panels = (H + kUnits - 1) / kUnits;  // of each direction
+  // the recurrent product's input h_{t-1} (times rmask), (D, B, H), one buffer a step in turn
+  std::vector<float> hin[2] = {std::vector<float>(D * B * H), std::vector<float>(D * B * H)};
 
-  // the packed weight: panel j, row k holds the 4 gates of units j * kUnits + q,
-  // gate-major: W[k][g * H + u]; in the calling thread's buffer, kept for its next call
-  float* packed = Scratch(panels * H * kNR);
-  Stages stages(panels);
-  OnTeam(pool, Threads(pool, panels), [&](int member, int members) {
+  // direction d's packed weight: panel j, row k holds the 4 gates of units j * kUnits + q,
+  // gate-major: W_d[k][g * H + u]; in the calling thread's buffer, kept for its next call
+  float* packed = Scratch(D * panels * H * kNR);
+  Stages stages(D * panels);
+  OnTeam(pool, Threads(pool, D * panels), [&](int member, int members) {
     alignas(64) float tile[kMR * kNR];
-    stages.Run(member, members, T + 1, [&](int64_t stage, int64_t j) {
-      if (stage == 0) {  // item j packs W's rows [H j / panels, H (j + 1) / panels) ...
+    stages.Run(member, members, T + 1, [&](int64_t stage, int64_t item) {
+      const int64_t d = item / panels, j = item % panels;  // direction d's panel j
+      const int64_t carry0 = d * B * H;  // direction d's rows of a carry
+      float* pd = packed + d * panels * H * kNR;
+      const float* prd = pr ? pr + carry0 : nullptr;
+      if (stage == 0) {  // item (d, j) packs W_d's rows [H j / panels, H (j + 1) / panels) ...
+        const float* wd = pw + d * H * G;
         for (int64_t k = H * j / panels; k < H * (j + 1) / panels; ++k) {
           for (int64_t i = 0; i < panels; ++i) {  // row by row, for the TLB's sake
             const int units = static_cast<int>(std::min<int64_t>(kUnits, H - i * kUnits));
             for (int g = 0; g < 4; ++g) {
-              float* p = packed + (i * H + k) * kNR + g * kUnits;
-              Copy(pw + k * G + g * H + i * kUnits, units, p);
+              float* p = pd + (i * H + k) * kNR + g * kUnits;
+              Copy(wd + k * G + g * H + i * kUnits, units, p);
               std::fill(p + units, p + kUnits, 0.f);
             }
           }
         }
         for (int64_t r = 0; r < B; ++r) {  // ... and panel j's h_0
           for (int64_t u = j * kUnits; u < std::min((j + 1) * kUnits, H); ++u) {
-            hin[0][r * H + u] = h[r * H + u] * (pr ? pr[r * H + u] : 1.f);
+            hin[0][carry0 + r * H + u] = h[carry0 + r * H + u] * (prd ? prd[r * H + u] : 1.f);
           }
         }
         return;
       }
-      const int64_t t = stage - 1;  // item j: step t of panel j's units
-      const float* a = hin[t % 2].data();
-      float* a_next = hin[(t + 1) % 2].data();
+      const int64_t t = stage - 1;  // item (d, j): step t of direction d's panel j
+      const float* a = hin[t % 2].data() + carry0;
+      float* a_next = hin[(t + 1) % 2].data() + carry0;
+      float* cd = c + carry0;
+      float* hd = h + carry0;
       for (int64_t r0 = 0; r0 < B; r0 += kMR) {
         const int rows = static_cast<int>(std::min<int64_t>(kMR, B - r0));
-        kTiles[rows - 1](a + r0 * H, H, packed + j * H * kNR, H, tile);
+        kTiles[rows - 1](a + r0 * H, H, pd + j * H * kNR, H, tile);
         const int64_t u0 = j * kUnits;
         const int units = static_cast<int>(std::min<int64_t>(kUnits, H - u0));
         for (int i = 0; i < rows; ++i) {
-          const int64_t r = r0 + i, row = t * B + r;
+          const int64_t r = r0 + i, row = (t * D + d) * B + r;
           float* z = tile + i * kNR;
           const float* x = px + row * G + u0;
           for (int g = 0; g < 4; ++g) {
@@ -297,8 +330,8 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xs, Buffer c0, Buffer 
             const float s = q / kUnits == 2 ? 1.f : 0.5f;
             z[q] = s * Tanh(s * z[q]) + (1.f - s);
           }
-          float* cr = c + r * H + u0;
-          float* hr = h + r * H + u0;
+          float* cr = cd + r * H + u0;
+          float* hr = hd + r * H + u0;
           alignas(64) float c_old[kUnits] = {}, c_new[kUnits], tc[kUnits], h_new[kUnits];
           Copy(cr, units, c_old);
           for (int q = 0; q < kUnits; ++q) {  // the state update: cells.lstm_update
@@ -313,7 +346,7 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xs, Buffer c0, Buffer 
             Copy(tc, units, tc_out->typed_data() + row * H + u0);
             Copy(hr, units, h_prev->typed_data() + row * H + u0);
           }
-          const bool keep = pm == nullptr || pm[row] != 0.f;
+          const bool keep = pm == nullptr || pm[t * B + r] != 0.f;
           if (keep) Copy(c_new, units, cr), Copy(h_new, units, hr);
           float* y = py + row * H + u0;
           if (keep) {
@@ -322,8 +355,8 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xs, Buffer c0, Buffer 
             for (int q = 0; q < units; ++q) y[q] = 0.f;
           }
           float* an = a_next + r * H + u0;
-          if (pr != nullptr) {
-            for (int q = 0; q < units; ++q) an[q] = hr[q] * pr[r * H + u0 + q];
+          if (prd != nullptr) {
+            for (int q = 0; q < units; ++q) an[q] = hr[q] * prd[r * H + u0 + q];
           } else {
             Copy(hr, units, an);
           }
@@ -334,79 +367,86 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xs, Buffer c0, Buffer 
   return ffi::Error::Success();
 }
 
-// Backward. w (H, 4H); dys (T, B, H); dc, dh (B, H), the final carry's cotangents; mask,
-// rmask as Forward's; the residuals acts, c_prev, tc, h_prev. Results: dzs (T, B, 4H), the
-// gates' gradients; dc0, dh0 (B, H); drmask (B, H), or empty without rmask.
+// Backward. w (D, H, 4H) or (H, 4H); dys (T, D, B, H) or (T, B, H); dc, dh (D, B, H), the
+// final carry's cotangents; mask, rmask as Forward's; the residuals acts, c_prev, tc,
+// h_prev. Results: dzs (T, D, B, 4H) or (T, B, 4H), the gates' gradients; dc0, dh0 (D, B,
+// H); drmask (D, B, H), or empty without rmask.
 ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dc_last, Buffer dh_last,
                     Buffer mask, Buffer rmask, Buffer acts, Buffer c_prev, Buffer tc,
                     Buffer h_prev, Result dzs, Result dc_out, Result dh_out, Result drmask) {
-  if (w.dimensions().size() != 2 || dys.dimensions().size() != 3) {
-    return ffi::Error::InvalidArgument("dense_rnn_lstm_backward: w is (H, 4H), dys (T, B, H)");
+  Dims dims;
+  if (const char* bad = ReadDims(w, dys, dims)) {
+    return ffi::Error::InvalidArgument(std::string("dense_rnn_lstm_backward: ") + bad);
   }
-  const int64_t H = w.dimensions()[0], G = 4 * H, T = dys.dimensions()[0],
-                B = dys.dimensions()[1];
+  const int64_t D = dims.D, H = dims.H, G = dims.G, T = dims.T, B = dims.B;
   const bool masked = Count(mask) > 0, dropped = Count(rmask) > 0;
-  if (auto e = Check(w.dimensions()[1] == G && dys.dimensions()[2] == H &&
-                         Count(dc_last) == B * H && Count(dh_last) == B * H &&
+  const int64_t rows = T * D * B, carries = D * B * H;
+  if (auto e = Check(dys.dimensions().back() == H &&
+                         Count(dc_last) == carries && Count(dh_last) == carries &&
                          (!masked || Count(mask) == T * B) &&
-                         (!dropped || (Count(rmask) == B * H &&
-                                       Count(*drmask) == B * H)) &&
-                         Count(acts) == T * B * G && Count(c_prev) == T * B * H &&
-                         Count(tc) == T * B * H && Count(h_prev) == T * B * H &&
-                         Count(*dzs) == T * B * G,
+                         (!dropped || (Count(rmask) == carries &&
+                                       Count(*drmask) == carries)) &&
+                         Count(acts) == rows * G && Count(c_prev) == rows * H &&
+                         Count(tc) == rows * H && Count(h_prev) == rows * H &&
+                         Count(*dzs) == rows * G,
                      "dense_rnn_lstm_backward: operand shapes differ");
       e.failure()) {
     return e;
   }
   float* dc = dc_out->typed_data();
   float* dh = dh_out->typed_data();
-  std::copy_n(dc_last.typed_data(), B * H, dc);
-  std::copy_n(dh_last.typed_data(), B * H, dh);
+  std::copy_n(dc_last.typed_data(), carries, dc);
+  std::copy_n(dh_last.typed_data(), carries, dh);
   float* pdr = dropped ? drmask->typed_data() : nullptr;
-  if (pdr) std::fill_n(pdr, B * H, 0.f);
-  if (T == 0 || B == 0 || H == 0) return ffi::Error::Success();
+  if (pdr) std::fill_n(pdr, carries, 0.f);
+  if (T == 0 || B == 0 || H == 0 || D == 0) return ffi::Error::Success();
   const float* pw = w.typed_data();
   const float* pm = masked ? mask.typed_data() : nullptr;
   const float* pr = dropped ? rmask.typed_data() : nullptr;
 
-  // the product dh_in = dz @ W^T: panels of kNR units over W^T's 4H rows
+  // the product dh_in = dz @ W^T: panels of kNR units over W^T's 4H rows, per direction
   const int64_t panels = (H + kNR - 1) / kNR;
-  std::vector<float> dh_pass(B * H);
+  std::vector<float> dh_pass(carries);
 
-  // panel j: the rows of W^T (4H of them) for units j * kNR + q; in the calling thread's
-  // buffer, kept for its next call
-  float* packed = Scratch(panels * G * kNR);
-  Stages stages(panels);
-  OnTeam(pool, Threads(pool, panels), [&](int member, int members) {
+  // direction d's panel j: the rows of W_d^T (4H of them) for units j * kNR + q; in the
+  // calling thread's buffer, kept for its next call
+  float* packed = Scratch(D * panels * G * kNR);
+  Stages stages(D * panels);
+  OnTeam(pool, Threads(pool, D * panels), [&](int member, int members) {
     alignas(64) float tile[kMR * kNR];
-    // Item j of stage 0 packs panel j; of stage s in [1, T], for step t = T - s and panel
-    // j's units, finishes step t + 1 (dh_in = dz_{t+1} @ W^T, after the first) and computes
-    // the gates' gradients of step t; of stage T + 1, finishes step 0.
-    stages.Run(member, members, T + 2, [&](int64_t stage, int64_t j) {
+    // Item (d, j) of stage 0 packs direction d's panel j; of stage s in [1, T], for step
+    // t = T - s and the panel's units, finishes step t + 1 (dh_in = dz_{t+1} @ W_d^T, after
+    // the first) and computes the gates' gradients of step t; of stage T + 1, finishes
+    // step 0.
+    stages.Run(member, members, T + 2, [&](int64_t stage, int64_t item) {
+      const int64_t d = item / panels, j = item % panels;
       const int64_t u_lo = j * kNR, u_hi = std::min(u_lo + kNR, H);
+      float* pd = packed + (d * panels + j) * G * kNR;
       if (stage == 0) {
-        float* p = packed + j * G * kNR;
+        const float* wd = pw + d * H * G;
         for (int64_t k = 0; k < G; ++k) {
           for (int q = 0; q < kNR; ++q) {
             const int64_t u = j * kNR + q;
-            p[k * kNR + q] = u < H ? pw[u * G + k] : 0.f;
+            pd[k * kNR + q] = u < H ? wd[u * G + k] : 0.f;
           }
         }
         return;
       }
       const int64_t t = T - stage;
-      if (t + 1 < T) {  // dh of step t + 1's inputs: its dz (all units') times W^T
-        const float* a_next = dzs->typed_data() + (t + 1) * B * G;  // every unit's, by now
+      const int64_t carry0 = d * B * H;  // direction d's rows of a carry
+      if (t + 1 < T) {  // dh of step t + 1's inputs: its dz (all units') times W_d^T
+        const int64_t next0 = ((t + 1) * D + d) * B;  // its first row
+        const float* a_next = dzs->typed_data() + next0 * G;  // every unit's, by now
         for (int64_t r0 = 0; r0 < B; r0 += kMR) {
           const int rows = static_cast<int>(std::min<int64_t>(kMR, B - r0));
-          kTiles[rows - 1](a_next + r0 * G, G, packed + j * G * kNR, G, tile);
+          kTiles[rows - 1](a_next + r0 * G, G, pd, G, tile);
           for (int i = 0; i < rows; ++i) {
             const int64_t r = r0 + i;
             for (int64_t u = u_lo; u < u_hi; ++u) {
-              const int64_t at = r * H + u;
+              const int64_t at = carry0 + r * H + u;
               float dh_in = tile[i * kNR + u - u_lo];
               if (pr) {
-                pdr[at] += h_prev.typed_data()[((t + 1) * B + r) * H + u] * dh_in;
+                pdr[at] += h_prev.typed_data()[(next0 + r) * H + u] * dh_in;
                 dh_in *= pr[at];
               }
               dh[at] = dh_pass[at] + dh_in;
@@ -415,11 +455,11 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dc_last, 
         }
       }
       if (t < 0) return;
-      // the gates' gradients of step t for panel j's units: recurrent._lstm_scan_bwd's
+      // the gates' gradients of step t for the panel's units: recurrent._lstm_scan_bwd's
       for (int64_t r = 0; r < B; ++r) {
-        const int64_t row = t * B + r, x = row * H;
-        const int64_t at = r * H;
-        const bool keep = pm == nullptr || pm[row] != 0.f;
+        const int64_t row = (t * D + d) * B + r, x = row * H;
+        const int64_t at = carry0 + r * H;
+        const bool keep = pm == nullptr || pm[t * B + r] != 0.f;
         const float* ai = acts.typed_data() + row * G;
         const float *af = ai + H, *ag = ai + 2 * H, *ao = ai + 3 * H;
         const float* tcr = tc.typed_data() + x;
