@@ -12,7 +12,9 @@
 // (Stages): each thread takes its own share first, then what the others have not begun, so
 // a thread the OS deschedules (for the caller's host work, say) holds up a step by one
 // panel at most, not by its whole share. A step starts once every panel of the one before
-// is done: its product reads every unit's new state.
+// is done: its product reads every unit's new state. With a direction axis, a call runs D
+// independent LSTMs (a bidirectional layer's two), every direction's panels the items of
+// each step.
 //
 // The arithmetic is cells.lstm_gates / cells.lstm_update and recurrent._lstm_scan_bwd's,
 // with tanh as XLA's CPU backend and Eigen compute it (the same rational approximation).
