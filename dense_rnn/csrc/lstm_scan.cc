@@ -220,6 +220,9 @@ ffi::Error Check(bool ok, const char* what) {
 // n-wide row (t * D + d) * B + r; a carry (D, B, H), row d * B + r.
 struct Dims {
   int64_t D, H, G, T, B;
+
+  // The row of step t, direction d, batch row r in a per-step operand.
+  int64_t Row(int64_t t, int64_t d, int64_t r) const { return (t * D + d) * B + r; }
 };
 
 // The dims of w and a per-step operand seq (T, [D,] B, n), or an error message.
@@ -322,7 +325,7 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xs, Buffer c0, Buffer 
         const int64_t u0 = j * kUnits;
         const int units = static_cast<int>(std::min<int64_t>(kUnits, H - u0));
         for (int i = 0; i < rows; ++i) {
-          const int64_t r = r0 + i, row = (t * D + d) * B + r;
+          const int64_t r = r0 + i, row = dims.Row(t, d, r);
           float* z = tile + i * kNR;
           const float* x = px + row * G + u0;
           for (int g = 0; g < 4; ++g) {
@@ -437,7 +440,7 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dc_last, 
       const int64_t t = T - stage;
       const int64_t carry0 = d * B * H;  // direction d's rows of a carry
       if (t + 1 < T) {  // dh of step t + 1's inputs: its dz (all units') times W_d^T
-        const int64_t next0 = ((t + 1) * D + d) * B;  // its first row
+        const int64_t next0 = dims.Row(t + 1, d, 0);  // its first row
         const float* a_next = dzs->typed_data() + next0 * G;  // every unit's, by now
         for (int64_t r0 = 0; r0 < B; r0 += kMR) {
           const int rows = static_cast<int>(std::min<int64_t>(kMR, B - r0));
@@ -459,7 +462,7 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dc_last, 
       if (t < 0) return;
       // the gates' gradients of step t for the panel's units: recurrent._lstm_scan_bwd's
       for (int64_t r = 0; r < B; ++r) {
-        const int64_t row = (t * D + d) * B + r, x = row * H;
+        const int64_t row = dims.Row(t, d, r), x = row * H;
         const int64_t at = carry0 + r * H;
         const bool keep = pm == nullptr || pm[t * B + r] != 0.f;
         const float* ai = acts.typed_data() + row * G;
