@@ -30,7 +30,9 @@ from dense_rnn.errors import UserError
 MODES = ("auto", "on", "off")
 HANDLERS = {"sgemm": "DenseRnnSgemm", "lstm_forward": "DenseRnnLstmForward",
             "lstm_backward": "DenseRnnLstmBackward"}
-_SOURCES = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "csrc", "*.cc")))
+_CSRC = os.path.join(os.path.dirname(__file__), "csrc")
+_SOURCES = sorted(glob.glob(os.path.join(_CSRC, "*.cc")))
+_HEADERS = sorted(glob.glob(os.path.join(_CSRC, "*.h")))
 # a copy of the package under another name (benchmarks.ab's) registers targets of its own
 _PREFIX = __name__.rsplit(".", 1)[0].replace(".", "_")
 _log = logging.getLogger(__name__)
@@ -92,7 +94,7 @@ def _build() -> str:
     cpu = [line for line in cpuinfo().splitlines()  # not "cpu MHz", which drifts
            if line.split(":")[0].strip() in ("vendor_id", "model name", "flags")]
     key = hashlib.sha256("\n".join([include, jax.__version__, *cpu]).encode())
-    for source in _SOURCES:
+    for source in _SOURCES + _HEADERS:
         with open(source, "rb") as f:
             key.update(f.read())
     cache = os.environ.get("DENSE_RNN_CACHE") or os.path.join(

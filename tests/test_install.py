@@ -27,9 +27,9 @@ def test_only_the_library_is_importable_outside_the_checkout(tmp_path):
     assert not [o for o in origins.values() if o and o.startswith(REPO)], origins
 
 
-def test_the_wheel_carries_the_blas_handlers_source(tmp_path):
-    """A non-editable install must ship ``csrc/blas_gemm.cc``, which ``dense_rnn.blas``
-    compiles on first use."""
+def test_the_wheel_carries_the_kernels_sources(tmp_path):
+    """A non-editable install must ship every source and header of ``csrc/``, which
+    ``dense_rnn.native`` compiles on first use."""
     pytest.importorskip("setuptools", minversion="70.1")  # builds wheels without `wheel`
 
     src = tmp_path / "src"  # a copy: setuptools writes build/ and egg-info/ beside the source
@@ -41,4 +41,6 @@ def test_the_wheel_carries_the_blas_handlers_source(tmp_path):
                     "--no-build-isolation", "-q", "-w", str(tmp_path)], check=True,
                    capture_output=True)
     (wheel,) = tmp_path.glob("dense_rnn-*.whl")
-    assert "dense_rnn/csrc/blas_gemm.cc" in zipfile.ZipFile(wheel).namelist()
+    csrc = sorted(f"dense_rnn/csrc/{f}" for f in os.listdir(os.path.join(REPO, "dense_rnn", "csrc")))
+    assert {"dense_rnn/csrc/blas_gemm.cc", "dense_rnn/csrc/scan_kernel.h"} <= set(csrc)
+    assert set(csrc) <= set(zipfile.ZipFile(wheel).namelist())

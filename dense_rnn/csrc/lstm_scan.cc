@@ -18,202 +18,13 @@
 //
 // The arithmetic is cells.lstm_gates / cells.lstm_update and recurrent._lstm_scan_bwd's,
 // with tanh as XLA's CPU backend and Eigen compute it (the same rational approximation).
-#include <algorithm>
-#include <array>
-#include <atomic>
-#include <chrono>
-#include <cmath>
-#include <cstdint>
-#include <cstring>
-#include <memory>
-#include <string>
-#include <thread>
-#include <utility>
-#include <vector>
-
-#include "xla/ffi/api/ffi.h"
-
-namespace ffi = xla::ffi;
+#include "scan_kernel.h"
 
 namespace {
 
-#if defined(__AVX512F__)
-constexpr int kVL = 16;  // floats in a vector register
-constexpr int kMR = 10;  // rows of a register tile: 2 * kMR accumulators of 32 registers
-#else
-constexpr int kVL = 8;
-constexpr int kMR = 6;  // 2 * kMR accumulators of 16 registers
-#endif
-constexpr int kNR = 2 * kVL;  // columns of a register tile: a panel's width
+using namespace dense_rnn;  // NOLINT: the shared pieces of scan_kernel.h
+
 constexpr int kUnits = kNR / 4;  // hidden units of a forward panel (its 4 gates each)
-
-typedef float Vec __attribute__((vector_size(kVL * 4), aligned(4)));
-
-using Buffer = ffi::Buffer<ffi::F32>;
-using Result = ffi::ResultBuffer<ffi::F32>;
-
-// tanh(x) as Eigen's generic_fast_tanh_float (a 13/6 rational function on [-c, c]).
-inline float Tanh(float x) {
-  constexpr float c = 7.90531110763549805f;
-  x = std::clamp(x, -c, c);
-  const float x2 = x * x;
-  float p = -2.76076847742355e-16f;
-  p = p * x2 + 2.00018790482477e-13f;
-  p = p * x2 - 8.60467152213735e-11f;
-  p = p * x2 + 5.12229709037114e-08f;
-  p = p * x2 + 1.48572235717979e-05f;
-  p = p * x2 + 6.37261928875436e-04f;
-  p = p * x2 + 4.89352455891786e-03f;
-  float q = 1.19825839466702e-06f;
-  q = q * x2 + 1.18534705686654e-04f;
-  q = q * x2 + 2.26843463243900e-03f;
-  q = q * x2 + 4.89352518554385e-03f;
-  return std::abs(x) < 0.0004f ? x : x * p / q;
-}
-
-// out[r][0:kNR] = sum_k a[r * lda + k] * panel[k][0:kNR] for r < R: a register tile.
-template <int R>
-void Tile(const float* a, int64_t lda, const float* panel, int64_t k_size, float* out) {
-  Vec acc0[R], acc1[R];
-  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = Vec{};
-  for (int64_t k = 0; k < k_size; ++k) {
-    const Vec w0 = *reinterpret_cast<const Vec*>(panel + k * kNR);
-    const Vec w1 = *reinterpret_cast<const Vec*>(panel + k * kNR + kVL);
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-      const float x = a[r * lda + k];
-      acc0[r] += x * w0;
-      acc1[r] += x * w1;
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    *reinterpret_cast<Vec*>(out + r * kNR) = acc0[r];
-    *reinterpret_cast<Vec*>(out + r * kNR + kVL) = acc1[r];
-  }
-}
-
-// dst[0:n] = src[0:n] for n <= kUnits, without a call to memmove: a whole panel's units
-// as one vector move.
-inline void Copy(const float* src, int n, float* dst) {
-  if (n == kUnits) {
-    std::memcpy(dst, src, kUnits * sizeof(float));
-  } else {
-    for (int q = 0; q < n; ++q) dst[q] = src[q];
-  }
-}
-
-using TileFn = void (*)(const float*, int64_t, const float*, int64_t, float*);
-
-template <int... R>
-constexpr auto MakeTiles(std::integer_sequence<int, R...>) {
-  return std::array<TileFn, sizeof...(R)>{&Tile<R + 1>...};
-}
-constexpr auto kTiles = MakeTiles(std::make_integer_sequence<int, kMR>{});
-
-// A buffer of at least n floats for the calling thread, kept for its next call: the
-// packed weights would otherwise be fresh pages, faulted in at every call.
-float* Scratch(int64_t n) {
-  thread_local std::vector<float> buffer;
-  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(n);
-  return buffer.data();
-}
-
-// A run of stages of `items` items each, shared by a team of threads: stage s + 1 starts
-// once every item of stage s is done. Member m of n owns the items [items * m / n,
-// items * (m + 1) / n) and claims them first, then the other members' unclaimed ones.
-class Stages {
- public:
-  explicit Stages(int64_t items) : items_(items) {}
-
-  // Runs fn(stage, item) for the items this member claims, over stages [0, stages).
-  template <typename Fn>
-  void Run(int member, int members, int64_t stages, Fn fn) {
-    for (int64_t s = 0; s < stages;) {
-      for (int k = 0; k < members; ++k) {
-        const int r = (member + k) % members;
-        for (int64_t item; (item = Claim(r, members, s)) >= 0; done_.fetch_add(1)) fn(s, item);
-      }
-      const int64_t target = (s + 1) * items_;  // then wait for the others' items
-      for (int spins = 0; done_.load() < target; ++spins) {
-        if (spins > 64) std::this_thread::yield();
-      }
-      s = done_.load() / items_;  // a member that slept through stages skips them
-    }
-  }
-
- private:
-  // An unclaimed item of stage s in member r's share, or -1. A share's claims count up
-  // across stages, so a count at or past the end of stage s's leaves it for the next.
-  int64_t Claim(int r, int members, int64_t s) {
-    const int64_t lo = items_ * r / members, size = items_ * (r + 1) / members - lo;
-    std::atomic<int64_t>& claimed = claimed_[r].count;
-    for (int64_t c = claimed.load(); c < (s + 1) * size;) {
-      if (claimed.compare_exchange_weak(c, c + 1)) return lo + c % size;
-    }
-    return -1;
-  }
-
-  struct alignas(64) Counter {
-    std::atomic<int64_t> count{0};
-  };
-  const int64_t items_;
-  std::array<Counter, 64> claimed_;  // one per member's share (Threads caps a team at 64)
-  std::atomic<int64_t> done_{0};
-};
-
-// Runs body(member, members) on a team of at most `want` threads: the caller (member 0)
-// and the tasks on the pool that start within kJoinWindow. The team is fixed before body
-// runs and a task that starts later does nothing, so the caller never waits on a task that
-// cannot start (the pool's threads all busy, with another call like this one say). Every
-// hidden unit's arithmetic is the same whoever computes it: results depend neither on the
-// team's size nor on who claimed what.
-template <typename Body>
-void OnTeam(ffi::ThreadPool& pool, int want, Body body) {
-  constexpr int kClosed = 1 << 30;
-  constexpr auto kJoinWindow = std::chrono::milliseconds(2);
-  struct Team {
-    std::atomic<int> state{1};  // members so far, | kClosed once the team is fixed
-    std::atomic<bool> ready{false};
-    std::atomic<int> done{0};
-    int members = 1;
-  };
-  auto team = std::make_shared<Team>();
-  for (int i = 1; i < want; ++i) {
-    pool.Schedule([team, run = &body] {
-      int s = team->state.load();
-      do {
-        if (s & kClosed) return;  // too late: the team was fixed without this task
-      } while (!team->state.compare_exchange_weak(s, s + 1));
-      while (!team->ready.load()) std::this_thread::yield();
-      (*run)(s, team->members);
-      team->done.fetch_add(1);
-    });
-  }
-  const auto start = std::chrono::steady_clock::now();
-  while (team->state.load() < want && std::chrono::steady_clock::now() - start < kJoinWindow) {
-    std::this_thread::yield();
-  }
-  const int members = team->state.fetch_or(kClosed);
-  team->members = members;
-  team->ready.store(true);
-  body(0, members);
-  while (team->done.load() < members - 1) std::this_thread::yield();
-}
-
-int Threads(ffi::ThreadPool& pool, int64_t panels) {
-  const int64_t threads = std::min<int64_t>(pool.num_threads(), panels);
-  return static_cast<int>(std::clamp<int64_t>(threads, 1, 64));
-}
-
-// A buffer's element count, signed like the shapes it is checked against.
-template <typename B>
-int64_t Count(const B& buffer) {
-  return static_cast<int64_t>(buffer.element_count());
-}
-
-ffi::Error Check(bool ok, const char* what) {
-  return ok ? ffi::Error::Success() : ffi::Error::InvalidArgument(what);
-}
 
 // The sizes of a call: D independent LSTMs (directions) of H units over T steps of B rows.
 // w is (D, H, 4H), or (H, 4H) for D = 1; a per-step operand (T, D, B, n), or (T, B, n), is
@@ -302,7 +113,7 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xs, Buffer c0, Buffer 
             const int units = static_cast<int>(std::min<int64_t>(kUnits, H - i * kUnits));
             for (int g = 0; g < 4; ++g) {
               float* p = pd + (i * H + k) * kNR + g * kUnits;
-              Copy(wd + k * G + g * H + i * kUnits, units, p);
+              Copy<kUnits>(wd + k * G + g * H + i * kUnits, units, p);
               std::fill(p + units, p + kUnits, 0.f);
             }
           }
@@ -338,7 +149,7 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xs, Buffer c0, Buffer 
           float* cr = cd + r * H + u0;
           float* hr = hd + r * H + u0;
           alignas(64) float c_old[kUnits] = {}, c_new[kUnits], tc[kUnits], h_new[kUnits];
-          Copy(cr, units, c_old);
+          Copy<kUnits>(cr, units, c_old);
           for (int q = 0; q < kUnits; ++q) {  // the state update: cells.lstm_update
             c_new[q] = z[kUnits + q] * c_old[q] + z[q] * z[2 * kUnits + q];
             tc[q] = Tanh(c_new[q]);
@@ -346,16 +157,16 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xs, Buffer c0, Buffer 
           }
           if (save) {
             float* ac = acts->typed_data() + row * G + u0;
-            for (int g = 0; g < 4; ++g) Copy(z + g * kUnits, units, ac + g * H);
-            Copy(c_old, units, c_prev->typed_data() + row * H + u0);
-            Copy(tc, units, tc_out->typed_data() + row * H + u0);
-            Copy(hr, units, h_prev->typed_data() + row * H + u0);
+            for (int g = 0; g < 4; ++g) Copy<kUnits>(z + g * kUnits, units, ac + g * H);
+            Copy<kUnits>(c_old, units, c_prev->typed_data() + row * H + u0);
+            Copy<kUnits>(tc, units, tc_out->typed_data() + row * H + u0);
+            Copy<kUnits>(hr, units, h_prev->typed_data() + row * H + u0);
           }
           const bool keep = pm == nullptr || pm[t * B + r] != 0.f;
-          if (keep) Copy(c_new, units, cr), Copy(h_new, units, hr);
+          if (keep) Copy<kUnits>(c_new, units, cr), Copy<kUnits>(h_new, units, hr);
           float* y = py + row * H + u0;
           if (keep) {
-            Copy(h_new, units, y);
+            Copy<kUnits>(h_new, units, y);
           } else {
             for (int q = 0; q < units; ++q) y[q] = 0.f;
           }
@@ -363,7 +174,7 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xs, Buffer c0, Buffer 
           if (prd != nullptr) {
             for (int q = 0; q < units; ++q) an[q] = hr[q] * prd[r * H + u0 + q];
           } else {
-            Copy(hr, units, an);
+            Copy<kUnits>(hr, units, an);
           }
         }
       }
