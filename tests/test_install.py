@@ -41,6 +41,6 @@ def test_the_wheel_carries_the_kernels_sources(tmp_path):
                     "--no-build-isolation", "-q", "-w", str(tmp_path)], check=True,
                    capture_output=True)
     (wheel,) = tmp_path.glob("dense_rnn-*.whl")
-    csrc = sorted(f"dense_rnn/csrc/{f}" for f in os.listdir(os.path.join(REPO, "dense_rnn", "csrc")))
-    assert {"dense_rnn/csrc/blas_gemm.cc", "dense_rnn/csrc/scan_kernel.h"} <= set(csrc)
-    assert set(csrc) <= set(zipfile.ZipFile(wheel).namelist())
+    csrc = {f"dense_rnn/csrc/{f}" for f in os.listdir(os.path.join(REPO, "dense_rnn", "csrc"))}
+    assert {"dense_rnn/csrc/blas_gemm.cc", "dense_rnn/csrc/scan_kernel.h"} <= csrc
+    assert csrc <= set(zipfile.ZipFile(wheel).namelist())
