@@ -39,13 +39,14 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable
+from typing import NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from jax.typing import DTypeLike
 
-from dense_rnn import cells
+from dense_rnn import cells, gru_kernel
 from dense_rnn.recurrent import (
     Initializer,
     check_sequence,
@@ -188,13 +189,37 @@ def _dense_scan(
     cell: str, block_start: bool, w_hh: tuple[Array, ...], xw: Array, carry: cells.Carry,
     lengths: Array | None
 ) -> tuple[cells.Carry, Array]:
+    if _kernel(cell, w_hh, xw, carry):
+        h, ys, _ = gru_kernel.forward(w_hh, xw, carry, _mask(lengths, xw), block_start, False)
+        return h, ys
     return _scan(cell, block_start, w_hh, xw, carry, lengths)[0]
+
+
+def _kernel(cell: str, w_hh: tuple[Array, ...], xw: Array, carry: cells.Carry) -> bool:
+    """Whether the scan runs as the C++ dense GRU kernel (``gru_kernel``): float32 GRU on
+    an AVX-512 CPU."""
+    return cell == "gru" and gru_kernel.applies(*w_hh, xw, carry)
+
+
+def _mask(lengths: Array | None, xw: Array) -> Array | None:
+    return None if lengths is None else length_mask(lengths, xw.shape[1])
+
+
+class _KernelResiduals(NamedTuple):
+    """What ``gru_kernel.backward`` needs besides the operands: the gates and the mask."""
+
+    acts: Array
+    mask: Array | None
 
 
 def _dense_scan_fwd(
     cell: str, block_start: bool, w_hh: tuple[Array, ...], xw: Array, carry: cells.Carry,
     lengths: Array | None
 ) -> tuple[tuple[cells.Carry, Array], tuple]:
+    if _kernel(cell, w_hh, xw, carry):
+        mask = _mask(lengths, xw)
+        h, ys, (acts, operands) = gru_kernel.forward(w_hh, xw, carry, mask, block_start, True)
+        return (h, ys), (_KernelResiduals(acts, mask), operands, w_hh)
     # the weights are constants of the vjp: their gradient is not accumulated per step
     out, vjp, operands = jax.vjp(
         lambda xw, carry: _scan(cell, block_start, w_hh, xw, carry, lengths), xw, carry,
@@ -207,7 +232,11 @@ def _dense_scan_bwd(
 ) -> tuple[tuple[Array, ...], Array, cells.Carry, None]:
     vjp, operands, w_hh = res
     k = len(w_hh)
-    dxw, dcarry = vjp(cotangents)
+    if isinstance(vjp, _KernelResiduals):
+        dxw, dcarry = gru_kernel.backward(w_hh, cotangents[1], cotangents[0], vjp.mask,
+                                          block_start, (vjp.acts, operands))
+    else:
+        dxw, dcarry = vjp(cotangents)
     batch, time, g = dxw.shape
     blocks = operands[0][0].shape[0]
     dz = jnp.pad(dxw, ((0, 0), (0, blocks * k - time), (0, 0))).reshape(batch, blocks, k, g)

@@ -29,7 +29,8 @@ from dense_rnn.errors import UserError
 
 MODES = ("auto", "on", "off")
 HANDLERS = {"sgemm": "DenseRnnSgemm", "lstm_forward": "DenseRnnLstmForward",
-            "lstm_backward": "DenseRnnLstmBackward"}
+            "lstm_backward": "DenseRnnLstmBackward", "gru_forward": "DenseRnnGruForward",
+            "gru_backward": "DenseRnnGruBackward"}
 _CSRC = os.path.join(os.path.dirname(__file__), "csrc")
 _SOURCES = sorted(glob.glob(os.path.join(_CSRC, "*.cc")))
 _HEADERS = sorted(glob.glob(os.path.join(_CSRC, "*.h")))

@@ -99,7 +99,7 @@ constexpr auto kTiles = MakeTiles(std::make_integer_sequence<int, kMR>{});
 
 // A buffer of at least n floats for the calling thread, kept for its next call: the
 // packed weights would otherwise be fresh pages, faulted in at every call.
-float* Scratch(int64_t n) {
+inline float* Scratch(int64_t n) {
   thread_local std::vector<float> buffer;
   if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(n);
   return buffer.data();
@@ -187,7 +187,7 @@ void OnTeam(ffi::ThreadPool& pool, int want, Body body) {
   while (team->done.load() < members - 1) std::this_thread::yield();
 }
 
-int Threads(ffi::ThreadPool& pool, int64_t panels) {
+inline int Threads(ffi::ThreadPool& pool, int64_t panels) {
   const int64_t threads = std::min<int64_t>(pool.num_threads(), panels);
   return static_cast<int>(std::clamp<int64_t>(threads, 1, 64));
 }
@@ -198,7 +198,7 @@ int64_t Count(const B& buffer) {
   return static_cast<int64_t>(buffer.element_count());
 }
 
-ffi::Error Check(bool ok, const char* what) {
+inline ffi::Error Check(bool ok, const char* what) {
   return ok ? ffi::Error::Success() : ffi::Error::InvalidArgument(what);
 }
 

@@ -1,0 +1,465 @@
+// The float32 dense GRU layer of dense_block.dense_scan (Zhao et al. 2019, eq. 2-3 and 7-8)
+// as XLA FFI handlers (dense_rnn/gru_kernel.py): its forward scan, with the residuals its
+// backward needs, and that backward scan, each one call for the whole sequence. k = 1 is
+// the plain GRU of cells.gru_step.
+//
+// A step at block position n reads x~_t, the R_n most recent states (h_{t-1} alone at
+// n = 1 without block_start; else the block's states so far, with block_start the state
+// carried into it first): a contiguous run of the block's history, kept per batch row as
+// slots [carried state, h_{mk+1}, ..., h_{mk+k-1}]. Each step is two stages of panels, as
+// the GRU's two products are sequential:
+//   A: [r, z] = sigmoid(xw_rz + x~ W_rz^(n)), and x~ * tile(r) for the panel's units;
+//   B: n = tanh(xw_n + (x~ * tile(r)) W_n^(n)), h_t = (1 - z) h_{t-1} + z n.
+// The backward step is three, each product needing every unit's result of the stage before:
+//   A': the gradient of h_t, and from it those of n's and z's pre-activations;
+//   B': d(x~ * tile(r)) = d_n W_n^T, and from it r's pre-activation's and part of dx~;
+//   C': dx~ += d_rz W_rz^T, added into the gradients of the history slots it read.
+// The products, packing, threads and tanh are lstm_scan.cc's (scan_kernel.h); sigmoid is
+// 0.5 tanh(x / 2) + 0.5. Operands are batch-major, as the layer holds them: the row of
+// batch row b, step t is b * T + t. The weights' gradients are products over the steps of
+// each position, of the saved operands x~ and x~ * tile(r) (ops) and the returned dxw,
+// left to XLA (dense_block._dense_scan_bwd).
+#include <vector>
+
+#include "scan_kernel.h"
+
+namespace {
+
+using namespace dense_rnn;  // NOLINT: the shared pieces of scan_kernel.h
+
+constexpr int kHalf = kNR / 2;  // hidden units of a stage-A panel (its r and z each)
+
+// The sizes of a call, and where each block position's pieces lie. Position p (0-based,
+// n = p + 1) reads R[p] states from history slot lo[p]; its weight is rows [wrow[p],
+// wrow[p] + R[p] H) of the stacked w (sum_p R[p] H, 3H); its saved operands x~ and
+// x~ * tile(r) are the buffers 2p and 2p + 1 of ops, (blocks, B, R[p] H) each.
+struct Plan {
+  int64_t H, T, B, k, blocks, PA, PB, PC;  // PA, PB: panels of kHalf and kNR units
+  std::vector<int64_t> R, lo, wrow, pc;  // pc[p]: kNR-column panels of x~
+
+  Plan(int64_t H, int64_t T, int64_t B, int64_t k, bool block_start)
+      : H(H), T(T), B(B), k(k), blocks((T + k - 1) / k), PA((H + kHalf - 1) / kHalf),
+        PB((H + kNR - 1) / kNR), PC(0) {
+    int64_t rows = 0;
+    for (int64_t p = 0; p < k; ++p) {
+      R.push_back(block_start ? p + 1 : std::max<int64_t>(p, 1));
+      lo.push_back(block_start || p == 0 ? 0 : 1);
+      wrow.push_back(rows);
+      pc.push_back((R[p] * H + kNR - 1) / kNR);
+      PC = std::max(PC, pc[p]);
+      rows += R[p] * H;
+    }
+    wrow.push_back(rows);  // the total, at [k]
+  }
+  int64_t Row(int64_t b, int64_t t) const { return b * T + t; }
+  int64_t Slots() const { return k + 1; }  // of a row's history, H floats each
+  // Where step t's x~ (gated: x~ * tile(r)) of batch row b lies in ops.
+  template <typename F>
+  F* Op(const std::vector<F*>& ops, int64_t t, int64_t b, bool gated) const {
+    const int64_t p = t % k;
+    return ops[2 * p + gated] + ((t / k) * B + b) * R[p] * H;
+  }
+};
+
+inline float Sigmoid(float x) { return 0.5f * Tanh(0.5f * x) + 0.5f; }
+
+// Runs tile(rows, r0) for the row tiles of B rows: rows in [1, kMR], r0 its first row.
+template <typename Fn>
+void RowTiles(int64_t B, Fn tile) {
+  for (int64_t r0 = 0; r0 < B; r0 += kMR) {
+    tile(static_cast<int>(std::min<int64_t>(kMR, B - r0)), r0);
+  }
+}
+
+// The plan of w and a (B, T, 3H) operand seq, or an error.
+ffi::Error ReadPlan(const char* name, const Buffer& w, const Buffer& seq, int64_t k,
+                    bool block_start, std::unique_ptr<Plan>& plan) {
+  const auto wd = w.dimensions();
+  const auto xd = seq.dimensions();
+  if (wd.size() != 2 || xd.size() != 3 || k < 1 || xd[2] % 3 != 0) {
+    return ffi::Error::InvalidArgument(std::string(name) + ": w is (rows, 3H), xw (B, T, 3H)");
+  }
+  plan = std::make_unique<Plan>(xd[2] / 3, xd[1], xd[0], k, block_start);
+  return Check(wd[1] == xd[2] && wd[0] == plan->wrow[k],
+               "dense_rnn_gru: w is the k positions' W2^(n) stacked, (sum_n R_n H, 3H)");
+}
+
+// The saved operands' buffers (Plan::Op): 2k of them, position p's (blocks, B, R[p] H).
+ffi::Error ReadOps(const ffi::RemainingRets& rets, const Plan& P, std::vector<float*>& ops) {
+  for (size_t i = 0; i < rets.size(); ++i) {
+    auto buffer = rets.get<Buffer>(i);
+    if (buffer.has_error()) return buffer.error();
+    ops.push_back((*buffer)->typed_data());
+    if (Count(**buffer) != P.blocks * P.B * P.R[i / 2] * P.H) break;
+  }
+  return Check(static_cast<int64_t>(ops.size()) == 2 * P.k && ops.size() == rets.size(),
+               "dense_rnn_gru_forward: the operands' buffers differ from the plan");
+}
+
+ffi::Error ReadOps(const ffi::RemainingArgs& args, const Plan& P,
+                   std::vector<const float*>& ops) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    auto buffer = args.get<Buffer>(i);
+    if (buffer.has_error()) return buffer.error();
+    ops.push_back(buffer->typed_data());
+    if (Count(*buffer) != P.blocks * P.B * P.R[i / 2] * P.H) break;
+  }
+  return Check(static_cast<int64_t>(ops.size()) == 2 * P.k && ops.size() == args.size(),
+               "dense_rnn_gru_backward: the operands' buffers differ from the plan");
+}
+
+// Forward. w (sum_n R_n H, 3H); xw (B, T, 3H) = W1 x_t + b, gates r, z, n; h0 (B, H); mask
+// (B, T) or empty. Results: ys (B, T, H), h (B, H) and, unless empty, the residuals acts
+// (B, T, 3H) = [r, z, n] and ops, the operands x~ and x~ * tile(r) (Plan::Op; none
+// without acts).
+ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xw, Buffer h0, Buffer mask,
+                   int64_t k, bool block_start, Result ys, Result h_out, Result acts,
+                   ffi::RemainingRets ops_out) {
+  std::unique_ptr<Plan> plan;
+  if (auto e = ReadPlan("dense_rnn_gru_forward", w, xw, k, block_start, plan); e.failure()) {
+    return e;
+  }
+  const Plan& P = *plan;
+  const int64_t H = P.H, T = P.T, B = P.B, G = 3 * H;
+  const bool masked = Count(mask) > 0, save = Count(*acts) > 0;
+  if (auto e = Check(Count(h0) == B * H && (!masked || Count(mask) == B * T) &&
+                         Count(*ys) == B * T * H &&
+                         (!save || Count(*acts) == B * T * G),
+                     "dense_rnn_gru_forward: operand shapes differ");
+      e.failure()) {
+    return e;
+  }
+  float* h = h_out->typed_data();
+  std::copy_n(h0.typed_data(), B * H, h);
+  if (T == 0 || B == 0 || H == 0) return ffi::Error::Success();
+  const float* pw = w.typed_data();
+  const float* px = xw.typed_data();
+  const float* pm = masked ? mask.typed_data() : nullptr;
+  float* py = ys->typed_data();
+  std::vector<float*> ops;
+  if (save) {
+    if (auto e = ReadOps(ops_out, P, ops); e.failure()) return e;
+  }
+  if (save) {  // the operands of positions past the last step: zero, as XLA's padding
+    for (int64_t t = T; t < P.blocks * k; ++t) {
+      for (int64_t b = 0; b < B; ++b) {
+        for (bool gated : {false, true}) {
+          std::fill_n(P.Op(ops, t, b, gated), P.R[t % k] * H, 0.f);
+        }
+      }
+    }
+  }
+  const int64_t slots = P.Slots() * H;  // a row's history
+  std::vector<float> history(B * slots);
+  std::vector<float> own_acts(save ? 0 : B * G);  // r, z, n of the step, without acts
+  std::vector<float> own_gated(save ? 0 : B * P.R[k - 1] * H);  // x~ * tile(r), without ops
+  auto act = [&](int64_t b, int64_t t) {
+    return save ? acts->typed_data() + P.Row(b, t) * G : own_acts.data() + b * G;
+  };
+  auto gated = [&](int64_t b, int64_t t) {
+    return save ? P.Op(ops, t, b, true) : own_gated.data() + b * P.R[t % k] * H;
+  };
+
+  // Position p's panels, in the calling thread's buffer: stage A's panel j, row i holds
+  // [r, z] of units j * kHalf + q, W_p[i][g * H + u] (g = 0, 1); stage B's, n's of units
+  // j * kNR + q, W_p[i][2H + u].
+  std::vector<int64_t> at_a(k), at_b(k);
+  int64_t size = 0;
+  for (int64_t p = 0; p < k; ++p) {
+    at_a[p] = size, size += P.PA * P.R[p] * H * kNR;
+    at_b[p] = size, size += P.PB * P.R[p] * H * kNR;
+  }
+  float* packed = Scratch(size);
+  const int64_t items = std::max(P.PA, P.PB);
+  Stages stages(items);
+  OnTeam(pool, Threads(pool, items), [&](int member, int members) {
+    alignas(64) float tile[kMR * kNR];
+    stages.Run(member, members, 2 * T + 1, [&](int64_t stage, int64_t j) {
+      if (stage == 0) {  // item j packs panel j of both stages, and copies units' h_0
+        for (int64_t p = 0; p < k; ++p) {
+          const float* wp = pw + P.wrow[p] * G;
+          for (int64_t i = 0; i < P.R[p] * H; ++i) {
+            for (int q = 0; q < kNR && j < P.PA; ++q) {
+              const int64_t u = j * kHalf + q % kHalf;
+              packed[at_a[p] + (j * P.R[p] * H + i) * kNR + q] =
+                  u < H ? wp[i * G + (q / kHalf) * H + u] : 0.f;
+            }
+            for (int q = 0; q < kNR && j < P.PB; ++q) {
+              const int64_t u = j * kNR + q;
+              packed[at_b[p] + (j * P.R[p] * H + i) * kNR + q] = u < H ? wp[i * G + 2 * H + u] : 0.f;
+            }
+          }
+        }
+        for (int64_t b = 0; b < B && j < P.PA; ++b) {
+          for (int64_t u = j * kHalf; u < std::min((j + 1) * kHalf, H); ++u) {
+            history[b * slots + u] = h[b * H + u];
+          }
+        }
+        return;
+      }
+      const int64_t t = (stage - 1) / 2, p = t % k, width = P.R[p] * H;
+      if (stage % 2 == 1) {  // A: r and z of units [u0, u0 + units), and their x~ * tile(r)
+        if (j >= P.PA) return;
+        const int64_t u0 = j * kHalf;
+        const int units = static_cast<int>(std::min<int64_t>(kHalf, H - u0));
+        const float* panel = packed + at_a[p] + j * width * kNR;
+        RowTiles(B, [&](int rows, int64_t r0) {
+          const float* rec0 = history.data() + r0 * slots + P.lo[p] * H;
+          kTiles[rows - 1](rec0, slots, panel, width, tile);
+          for (int i = 0; i < rows; ++i) {  // in vectors of kHalf units, stored `units`
+            const int64_t b = r0 + i;
+            const float* x = px + P.Row(b, t) * G + u0;
+            float* a = act(b, t) + u0;
+            const float* rec = rec0 + i * slots + u0;
+            float* g = gated(b, t) + u0;
+            float* saved = save ? P.Op(ops, t, b, false) + u0 : nullptr;
+            alignas(64) float r[kHalf] = {}, z[kHalf] = {}, v[kHalf] = {};
+            Copy<kHalf>(x, units, r);
+            Copy<kHalf>(x + H, units, z);
+            for (int q = 0; q < kHalf; ++q) {
+              r[q] = Sigmoid(tile[i * kNR + q] + r[q]);
+              z[q] = Sigmoid(tile[i * kNR + kHalf + q] + z[q]);
+            }
+            Copy<kHalf>(r, units, a);
+            Copy<kHalf>(z, units, a + H);
+            for (int64_t s = 0; s < P.R[p]; ++s) {
+              Copy<kHalf>(rec + s * H, units, v);
+              if (saved) Copy<kHalf>(v, units, saved + s * H);
+              for (int q = 0; q < kHalf; ++q) v[q] *= r[q];
+              Copy<kHalf>(v, units, g + s * H);
+            }
+          }
+        });
+        return;
+      }
+      // B: n and h_t of units [u0, u0 + units)
+      if (j >= P.PB) return;
+      const int64_t u0 = j * kNR;
+      const int units = static_cast<int>(std::min<int64_t>(kNR, H - u0));
+      const float* panel = packed + at_b[p] + j * width * kNR;
+      const bool next_starts = (t + 1) % k == 0;
+      RowTiles(B, [&](int rows, int64_t r0) {
+        kTiles[rows - 1](gated(r0, t), width, panel, width, tile);
+        for (int i = 0; i < rows; ++i) {  // in vectors of kNR units, stored `units`
+          const int64_t b = r0 + i;
+          float* a = act(b, t) + u0;
+          float* hb = h + b * H + u0;
+          float* slot = history.data() + b * slots + u0;
+          alignas(64) float n[kNR] = {}, z[kNR] = {}, h_new[kNR] = {};
+          Copy<kNR>(px + P.Row(b, t) * G + 2 * H + u0, units, n);
+          Copy<kNR>(a + H, units, z);
+          Copy<kNR>(hb, units, h_new);
+          for (int q = 0; q < kNR; ++q) {
+            n[q] = Tanh(tile[i * kNR + q] + n[q]);
+            h_new[q] = (1.f - z[q]) * h_new[q] + z[q] * n[q];
+          }
+          Copy<kNR>(n, units, a + 2 * H);
+          const bool keep = pm == nullptr || pm[P.Row(b, t)] != 0.f;
+          if (keep) Copy<kNR>(h_new, units, hb);
+          float* y = py + P.Row(b, t) * H + u0;
+          if (keep) {
+            Copy<kNR>(h_new, units, y);
+          } else {
+            std::fill_n(y, units, 0.f);
+          }
+          if (p + 1 < k) Copy<kNR>(h_new, units, slot + (p + 1) * H);  // the block's state
+          if (next_starts) Copy<kNR>(hb, units, slot);  // the state carried into the next
+        }
+      });
+    });
+  });
+  return ffi::Error::Success();
+}
+
+// Backward. w, mask (a prefix one, from lengths), k, block_start as Forward's; dys (B, T,
+// H); dh (B, H), the final carry's cotangent; the residuals acts and ops. Results: dxw (B,
+// T, 3H), the gradients of the gates' pre-activations [r, z, n]; dh0 (B, H).
+ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dh_last, Buffer mask,
+                    Buffer acts, ffi::RemainingArgs ops_in, int64_t k, bool block_start,
+                    Result dxw, Result dh_out) {
+  std::unique_ptr<Plan> plan;
+  if (auto e = ReadPlan("dense_rnn_gru_backward", w, acts, k, block_start, plan); e.failure()) {
+    return e;
+  }
+  const Plan& P = *plan;
+  const int64_t H = P.H, T = P.T, B = P.B, G = 3 * H;
+  const bool masked = Count(mask) > 0;
+  if (auto e = Check(Count(dys) == B * T * H && Count(dh_last) == B * H &&
+                         (!masked || Count(mask) == B * T) && Count(acts) == B * T * G &&
+                         Count(*dxw) == B * T * G,
+                     "dense_rnn_gru_backward: operand shapes differ");
+      e.failure()) {
+    return e;
+  }
+  float* dh = dh_out->typed_data();  // the carry's gradient, at each step's end
+  std::copy_n(dh_last.typed_data(), B * H, dh);
+  if (T == 0 || B == 0 || H == 0) return ffi::Error::Success();
+  const float* pw = w.typed_data();
+  const float* pm = masked ? mask.typed_data() : nullptr;
+  const float* pa = acts.typed_data();
+  std::vector<const float*> ops;
+  if (auto e = ReadOps(ops_in, P, ops); e.failure()) return e;
+  const float* pdy = dys.typed_data();
+  float* pdx = dxw->typed_data();
+  const int64_t slots = P.Slots() * H;
+  std::vector<float> dhistory(B * slots);  // the history slots' gradients, this block
+  std::vector<float> dgated(B * P.R[k - 1] * H);  // d(x~ * tile(r)) * tile(r), this step
+
+  // Position p's panels: B' panel (s, j), row i holds W_p[s H + u][2H + i] for units
+  // u = j * kNR + q (W_n^T's rows of x~'s state s); C' panel j, row i, W_p[c][i] for
+  // columns c = j * kNR + q of x~ (W_rz^T).
+  std::vector<int64_t> at_b(k), at_c(k);
+  int64_t size = 0;
+  for (int64_t p = 0; p < k; ++p) {
+    at_b[p] = size, size += P.R[p] * P.PB * H * kNR;
+    at_c[p] = size, size += P.pc[p] * 2 * H * kNR;
+  }
+  float* packed = Scratch(size);
+  const int64_t items = std::max({P.PA, P.PB, P.PC});
+  Stages stages(items);
+  OnTeam(pool, Threads(pool, items), [&](int member, int members) {
+    alignas(64) float tile[kMR * kNR];
+    alignas(64) float dr[kMR * kNR];
+    // Stage 0 packs; stages 3 (T - t) - 2 .. 3 (T - t) are step t's A', B', C'; stage
+    // 3T + 1 adds the carried state's gradient to dh0.
+    stages.Run(member, members, 3 * T + 2, [&](int64_t stage, int64_t j) {
+      if (stage == 0) {
+        for (int64_t p = 0; p < k; ++p) {
+          const float* wp = pw + P.wrow[p] * G;
+          for (int64_t s = 0; s < P.R[p] && j < P.PB; ++s) {
+            float* panel = packed + at_b[p] + (s * P.PB + j) * H * kNR;
+            for (int64_t i = 0; i < H; ++i) {
+              for (int q = 0; q < kNR; ++q) {
+                const int64_t u = j * kNR + q;
+                panel[i * kNR + q] = u < H ? wp[(s * H + u) * G + 2 * H + i] : 0.f;
+              }
+            }
+          }
+          if (j < P.pc[p]) {
+            float* panel = packed + at_c[p] + j * 2 * H * kNR;
+            for (int64_t i = 0; i < 2 * H; ++i) {
+              for (int q = 0; q < kNR; ++q) {
+                const int64_t c = j * kNR + q;
+                panel[i * kNR + q] = c < P.R[p] * H ? wp[c * G + i] : 0.f;
+              }
+            }
+          }
+        }
+        return;
+      }
+      const int64_t t = T - 1 - (stage - 1) / 3, part = (stage - 1) % 3;
+      if (part == 0) {  // A' (or, at t = -1, the end): the gradient of h_t, units of panel j
+        if (j >= P.PA) return;
+        const int64_t u_lo = j * kHalf, u_hi = std::min(u_lo + kHalf, H);
+        const bool block_ends = t + 1 < T ? (t + 1) % k == 0 : t == -1;
+        for (int64_t b = 0; b < B; ++b) {
+          float* dslot = dhistory.data() + b * slots;
+          float* dhb = dh + b * H;
+          if (block_ends) {  // the block after t read carry_t as its slot 0: add, restart
+            for (int64_t u = u_lo; u < u_hi; ++u) {
+              dhb[u] += dslot[u];
+              for (int64_t s = 0; s < P.Slots(); ++s) dslot[s * H + u] = 0.f;
+            }
+          }
+          if (t < 0) continue;
+          const int64_t p = t % k, row = P.Row(b, t);
+          const float* a = pa + row * G;
+          float* dx = pdx + row * G;
+          if (pm != nullptr && pm[row] == 0.f) {  // padding: no gradient, the carry's passed on
+            for (int64_t u = u_lo; u < u_hi; ++u) dx[H + u] = dx[2 * H + u] = 0.f;
+            continue;
+          }
+          const float* h_prev = P.Op(ops, t, b, false) + (P.R[p] - 1) * H;  // x~'s last
+          const float* dy = pdy + row * H;
+          for (int64_t u = u_lo; u < u_hi; ++u) {
+            const float z = a[H + u], n = a[2 * H + u];
+            const float g = dhb[u] + dy[u] + (p + 1 < k ? dslot[(p + 1) * H + u] : 0.f);
+            dx[2 * H + u] = g * z * (1.f - n * n);
+            dx[H + u] = g * (n - h_prev[u]) * z * (1.f - z);
+            dhb[u] = g * (1.f - z);
+          }
+        }
+        return;
+      }
+      const int64_t p = t % k, width = P.R[p] * H;
+      const float* dx0 = pdx + P.Row(0, t) * G;  // row b of a step's dxw: dx0 + b T G
+      if (part == 1) {  // B': d(x~ * tile(r)) for the units of panel j, then dr of them
+        if (j >= P.PB) return;
+        const int64_t u0 = j * kNR;
+        const int units = static_cast<int>(std::min<int64_t>(kNR, H - u0));
+        RowTiles(B, [&](int rows, int64_t r0) {
+          std::fill_n(dr, kMR * kNR, 0.f);
+          for (int64_t s = 0; s < P.R[p]; ++s) {
+            kTiles[rows - 1](dx0 + r0 * T * G + 2 * H, T * G,
+                             packed + at_b[p] + (s * P.PB + j) * H * kNR, H, tile);
+            for (int i = 0; i < rows; ++i) {
+              const int64_t b = r0 + i;
+              const float* rec = P.Op(ops, t, b, false) + s * H;
+              const float* r = pa + P.Row(b, t) * G;
+              float* dg = dgated.data() + b * width + s * H;
+              for (int q = 0; q < units; ++q) {
+                const float d = tile[i * kNR + q];
+                dr[i * kNR + q] += d * rec[u0 + q];
+                dg[u0 + q] = d * r[u0 + q];
+              }
+            }
+          }
+          for (int i = 0; i < rows; ++i) {
+            const int64_t b = r0 + i;
+            const float* r = pa + P.Row(b, t) * G;
+            float* dx = pdx + P.Row(b, t) * G;
+            for (int q = 0; q < units; ++q) {
+              dx[u0 + q] = dr[i * kNR + q] * r[u0 + q] * (1.f - r[u0 + q]);
+            }
+          }
+        });
+        return;
+      }
+      // C': dx~ of columns [c0, c0 + cols) of panel j, into the history slots x~ read
+      if (j >= P.pc[p]) return;
+      const int64_t c0 = j * kNR;
+      const int cols = static_cast<int>(std::min<int64_t>(kNR, width - c0));
+      RowTiles(B, [&](int rows, int64_t r0) {
+        kTiles[rows - 1](dx0 + r0 * T * G, T * G, packed + at_c[p] + j * 2 * H * kNR, 2 * H,
+                         tile);
+        for (int i = 0; i < rows; ++i) {
+          const int64_t b = r0 + i;
+          const float* dg = dgated.data() + b * width;
+          float* dslot = dhistory.data() + b * slots + P.lo[p] * H;
+          for (int q = 0; q < cols; ++q) dslot[c0 + q] += tile[i * kNR + q] + dg[c0 + q];
+        }
+      });
+    });
+  });
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DenseRnnGruForward, Forward,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<Buffer>()  // w
+                                  .Arg<Buffer>()  // xw
+                                  .Arg<Buffer>()  // h0
+                                  .Arg<Buffer>()  // mask
+                                  .Attr<int64_t>("k")
+                                  .Attr<bool>("block_start")
+                                  .Ret<Buffer>()  // ys
+                                  .Ret<Buffer>()  // h
+                                  .Ret<Buffer>()  // acts
+                                  .RemainingRets());  // ops
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DenseRnnGruBackward, Backward,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<Buffer>()  // w
+                                  .Arg<Buffer>()  // dys
+                                  .Arg<Buffer>()  // dh
+                                  .Arg<Buffer>()  // mask
+                                  .Arg<Buffer>()  // acts
+                                  .RemainingArgs()  // ops
+                                  .Attr<int64_t>("k")
+                                  .Attr<bool>("block_start")
+                                  .Ret<Buffer>()  // dxw
+                                  .Ret<Buffer>());  // dh0

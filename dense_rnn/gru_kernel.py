@@ -1,0 +1,97 @@
+"""The float32 dense GRU layer as one C++ call a sequence, on AVX-512 CPUs.
+
+``dense_block.dense_scan`` with ``cell="gru"`` (DenseGRU, eq. 7-8; ``k = 1`` the plain GRU;
+the layers of ``HMDenseStack``): its forward scan, with the residuals its backward needs,
+and that backward scan, each as one XLA FFI call (``csrc/gru_scan.cc``, built by
+``dense_rnn.native``) in place of the ~20 XLA kernels of each step. The step's two products
+(``x~ W_rz`` and ``(x~ * r) W_n``) and the backward's two are register-tiled over the
+weights packed once a call, their gates computed beside them, each stage's panels of units
+claimed one at a time by XLA's intra-op threads, as the LSTM kernel's (``lstm_kernel``).
+The weights' gradients stay XLA products over the saved operands (``_dense_scan_bwd``).
+``tests/test_gru_kernel.py`` checks both calls against float64 NumPy and XLA's scan.
+
+``DENSE_RNN_GRU_KERNEL``: ``auto`` (default: x86-64 Linux CPUs with AVX-512), ``on`` (any
+x86-64 Linux CPU), ``off`` (XLA's scan).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from dense_rnn import native
+
+Array = jax.Array
+VARIABLE = "DENSE_RNN_GRU_KERNEL"
+
+
+def mode() -> str:
+    """``DENSE_RNN_GRU_KERNEL``, one of ``native.MODES``; an unknown value raises
+    ``UserError``."""
+    return native.mode(VARIABLE)
+
+
+@functools.cache
+def _loaded() -> bool:
+    lib = native.library()
+    if isinstance(lib, str):
+        native.unavailable(VARIABLE, f"GRU scans stay XLA's; the C++ kernels are unavailable: "
+                           f"{lib}")
+        return False
+    return True
+
+
+def available() -> bool:
+    """Whether float32 dense GRU scans on the CPU run the C++ kernel: as
+    ``DENSE_RNN_GRU_KERNEL`` says, on x86-64 Linux with JAX's default backend the CPU,
+    where the kernels build and load."""
+    return native.enabled(VARIABLE, " avx512f" in native.cpuinfo(), _loaded)
+
+
+def applies(*arrays: Array) -> bool:
+    """Whether a dense GRU scan of these operands (weights, inputs, carry) runs the kernel:
+    all float32, and ``available()``."""
+    return all(a.dtype == jnp.float32 for a in arrays) and available()
+
+
+def _call(name: str, shapes: list[tuple[int, ...]], *args: Array, **attrs) -> list[Array]:
+    outs = [jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes]
+    return jax.ffi.ffi_call(native.target(name), outs, vmap_method="sequential")(*args, **attrs)
+
+
+def _mask(mask: Array | None) -> Array:
+    return jnp.zeros((0,), jnp.float32) if mask is None else mask.astype(jnp.float32)
+
+
+Residuals = tuple[Array, tuple[tuple[Array, Array], ...]]  # gates, operands by position
+
+
+def forward(w_hh: tuple[Array, ...], xw: Array, h0: Array, mask: Array | None,
+            block_start: bool, save: bool) -> tuple[Array, Array, Residuals | None]:
+    """The dense GRU scan over ``xw (B, T, 3H)`` from ``h0 (B, H)``, ``w_hh[n - 1]`` =
+    ``W2^{(n)}``; ``mask (B, T)`` (a prefix one) or None. Returns ``(h, ys (B, T, H),
+    residuals)``: with ``save`` the gates ``[r, z, n]`` (B, T, 3H) and, per block position
+    ``n``, the operands ``x~`` and ``x~ * tile(r)`` of its products, each ``(blocks, B,
+    W2^{(n)}'s rows)`` as ``dense_block._scan``'s; else None."""
+    if isinstance(lib := native.library(), str):
+        raise RuntimeError(f"the C++ GRU kernel is unavailable: {lib}")
+    batch, time, g = xw.shape
+    blocks = -(-time // len(w_hh))
+    ops = [(blocks, batch, w.shape[0]) for w in w_hh for _ in range(2)] if save else []
+    shapes = [(batch, time, g // 3), h0.shape, xw.shape if save else (0,), *ops]
+    ys, h, acts, *ops = _call("gru_forward", shapes, jnp.concatenate(w_hh, axis=0), xw, h0,
+                              _mask(mask), k=len(w_hh), block_start=block_start)
+    return h, ys, (acts, tuple(zip(ops[::2], ops[1::2], strict=True))) if save else None
+
+
+def backward(w_hh: tuple[Array, ...], dys: Array, dh: Array, mask: Array | None,
+             block_start: bool, res: Residuals) -> tuple[Array, Array]:
+    """The backward scan of ``forward``: the gates' pre-activation gradients ``dxw (B, T,
+    3H)`` and the initial carry's ``dh0``, from the final carry's ``dh`` and ``dys``."""
+    acts, ops = res
+    dxw, dh0 = _call("gru_backward", [acts.shape, dh.shape], jnp.concatenate(w_hh, axis=0),
+                     dys, dh, _mask(mask), acts, *jax.tree.leaves(ops), k=len(w_hh),
+                     block_start=block_start)
+    return dxw, dh0
