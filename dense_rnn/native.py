@@ -6,7 +6,7 @@ Every ``csrc/*.cc`` is compiled into one shared library with the system C++ comp
 ``~/.cache/dense_rnn``) under a key of the sources, the headers, the JAX version and the
 CPU (its model and flags). Each handler of ``HANDLERS`` is registered as the XLA CPU target
 ``target(name)``. Where no compiler is found or the build fails, ``library()`` says why and
-the callers (``blas``, ``lstm_kernel``) keep XLA's own kernels.
+the callers (``blas``, ``lstm_kernel``, ``gru_kernel``) keep XLA's own kernels.
 """
 
 from __future__ import annotations
@@ -135,9 +135,10 @@ def library() -> ctypes.CDLL | str:
 def note(compute_dtype: str) -> str:
     """What a binary's start-up line adds: which C++ kernels its float32 steps run ("" for
     none)."""
-    from dense_rnn import blas, lstm_kernel  # they build on this module
+    from dense_rnn import blas, gru_kernel, lstm_kernel  # they build on this module
 
     if compute_dtype != "float32":
         return ""
     return (", large products through OpenBLAS" if blas.available() else "") + (
-        ", LSTM scans in C++" if lstm_kernel.available() else "")
+        ", LSTM scans in C++" if lstm_kernel.available() else "") + (
+        ", GRU scans in C++" if gru_kernel.available() else "")

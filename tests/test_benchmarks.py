@@ -93,6 +93,8 @@ def test_the_xla_peers_are_ours_without_a_kernel(monkeypatch, variant, flag, var
     assert run.worker_env(variant)[variable] == "off"
     impls = run_with_variant(monkeypatch, variant, flag)
     assert impls[variant][variable.lower()] == "off"
+    if variant == run.XLA_SCANS:  # the GRU kernel's scans too
+        assert impls[variant]["dense_rnn_gru_kernel"] == "off"
     with pytest.raises(SystemExit):
         run.main(["--workloads", "tiny_lm", "--no-isolated", flag])
 

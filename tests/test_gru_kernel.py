@@ -1,0 +1,194 @@
+"""The C++ dense GRU kernel (``dense_rnn/gru_kernel.py``, ``csrc/gru_scan.cc``): its forward
+scan against a float64 NumPy dense GRU (eq. 2, 5, 7-8), its gradients against XLA's scan in
+float64, and which scans take it."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dense_rnn import gru_kernel, lstm_kernel, native
+from dense_rnn.dense_block import DenseRecurrent, dense_scan, rec_rows
+from dense_rnn.errors import UserError
+from dense_rnn.models.hm_densernn import HMTextClassifier
+
+# (k, block_start), then (B, T, H) off the register tiles (6 or 10 rows; panels of 8 or 16
+# units for r and z, 16 or 32 for n), T off whole blocks
+LAYERS = [(1, False), (2, True), (3, False), (4, True)]
+SHAPES = [(1, 1, 5), (7, 10, 21), (12, 9, 40)]
+
+
+@pytest.fixture
+def kernel_on(monkeypatch):
+    """The kernel on whatever the CPU (skipped where it cannot build)."""
+    monkeypatch.setenv(gru_kernel.VARIABLE, "on")
+    if not gru_kernel.available():
+        pytest.skip("the C++ kernels cannot be built or loaded here")
+
+
+def operands(k, block_start, b, t, h, seed=0, lengths=None):
+    rng = np.random.default_rng(seed)
+    f32 = lambda *s, scale=1.0: (scale * rng.standard_normal(s)).astype(np.float32)  # noqa: E731
+    return {
+        "w": tuple(f32(rec_rows(n, block_start) * h, 3 * h, scale=0.4) for n in range(1, k + 1)),
+        "xw": f32(b, t, 3 * h), "h0": f32(b, h),
+        "mask": None if lengths is None else np.arange(t)[None, :] < np.asarray(lengths)[:, None],
+    }
+
+
+def numpy_dense_gru(w, xw, h0, mask, block_start):
+    """The dense GRU layer in float64 NumPy: outputs, final state, gates ``[r, z, n]`` and,
+    per block position, the operands ``x~`` and ``x~ * tile(r)`` of its products."""
+    sig = lambda x: 1 / (1 + np.exp(-x))  # noqa: E731
+    b, t, g = xw.shape
+    n_hidden, k = g // 3, len(w)
+    blocks = -(-t // k)
+    h = h0.astype(np.float64)
+    ys, acts = np.zeros((b, t, n_hidden)), np.zeros((b, t, g))
+    ops = [(np.zeros((blocks, b, a.shape[0])), np.zeros((blocks, b, a.shape[0]))) for a in w]
+    for m in range(blocks):
+        history = [h]  # the state carried into the block, then the block's states
+        for p in range(min(k, t - m * k)):
+            step = m * k + p
+            reads = history[: p + 1] if block_start or p == 0 else history[1: p + 1]
+            rec = np.concatenate(reads, axis=1)  # eq. 2 / 5
+            r, z = np.split(sig(xw[:, step, : 2 * n_hidden] + rec @ w[p][:, : 2 * n_hidden]), 2, 1)
+            gated = np.tile(r, len(reads)) * rec
+            cand = np.tanh(xw[:, step, 2 * n_hidden:] + gated @ w[p][:, 2 * n_hidden:])
+            h_new = (1 - z) * h + z * cand
+            keep = np.ones((b, 1), bool) if mask is None else mask[:, step, None]
+            h = np.where(keep, h_new, h)
+            ys[:, step] = np.where(keep, h_new, 0.0)
+            acts[:, step] = np.concatenate([r, z, cand], 1)
+            ops[p][0][m], ops[p][1][m] = rec, gated
+            history.append(h_new)
+    return ys, h, acts, ops
+
+
+@pytest.mark.parametrize("k, block_start", LAYERS)
+@pytest.mark.parametrize("b, t, h", SHAPES)
+@pytest.mark.parametrize("masked", [False, True])
+def test_forward_matches_float64_numpy(kernel_on, k, block_start, b, t, h, masked):
+    lengths = np.random.default_rng(1).integers(0, t + 1, b) if masked else None
+    a = operands(k, block_start, b, t, h, lengths=lengths)
+    h_out, ys, (acts, ops) = jax.jit(gru_kernel.forward, static_argnums=(4, 5))(
+        a["w"], a["xw"], a["h0"], a["mask"], block_start, True)
+    want_ys, want_h, want_acts, want_ops = numpy_dense_gru(**a, block_start=block_start)
+    for got, want in zip([ys, h_out, acts, *jax.tree.leaves(ops)],
+                         [want_ys, want_h, want_acts, *jax.tree.leaves(want_ops)], strict=True):
+        assert got.shape == want.shape and got.dtype == jnp.float32
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+    h_only, ys_only, none = jax.jit(gru_kernel.forward, static_argnums=(4, 5))(
+        a["w"], a["xw"], a["h0"], a["mask"], block_start, False)
+    assert none is None
+    np.testing.assert_array_equal(h_only, h_out)
+    np.testing.assert_array_equal(ys_only, ys)
+
+
+def value_and_grads(w, xw, h0, lengths, block_start):
+    """A loss of every output of ``dense_scan`` (GRU), and its gradients."""
+    def loss(w, xw, h0):
+        h, ys = dense_scan("gru", list(w), xw, h0, lengths, block_start)
+        return jnp.sum(1.3 * h) + jnp.sum(jnp.sin(ys))
+
+    return jax.value_and_grad(loss, argnums=(0, 1, 2))(w, xw, h0)
+
+
+@pytest.mark.parametrize("k, block_start", LAYERS)
+@pytest.mark.parametrize("b, t, h", SHAPES[1:])
+def test_gradients_match_xla_in_float64(kernel_on, x64, k, block_start, b, t, h):
+    lengths = np.random.default_rng(2).integers(0, t + 1, b)
+    a = operands(k, block_start, b, t, h)
+    args = (a["w"], a["xw"], a["h0"], jnp.asarray(lengths))
+    got = jax.jit(value_and_grads, static_argnums=4)(*args, block_start)
+    assert uses_kernel(lambda *a: value_and_grads(*a, block_start), *args)
+    want = jax.jit(value_and_grads, static_argnums=4)(
+        *jax.tree.map(lambda x: x.astype(jnp.float64) if x.dtype == jnp.float32 else x, args),
+        block_start)
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        assert g.dtype == jnp.float32 and w.dtype == jnp.float64
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=2e-5)
+
+
+def uses_kernel(fn, *args):
+    """Whether ``fn`` traced now (a fresh function: no cached trace) calls the kernel."""
+    return native.target("gru_forward") in jax.jit(lambda *a: fn(*a)).lower(*args).as_text()
+
+
+def test_which_scans_take_the_kernel(kernel_on, monkeypatch):
+    a = operands(2, True, 2, 5, 4)
+    for cell, g in (("gru", 3), ("rnn", 1), ("lstm", 4)):
+        w = [jnp.ones((n * 4, g * 4)) for n in (1, 2)]
+        scan = lambda w, xw, h, cell=cell: dense_scan(  # noqa: E731
+            cell, w, xw, (h, h) if cell == "lstm" else h, None, True)[1]
+        assert uses_kernel(scan, w, jnp.ones((2, 5, g * 4)), a["h0"]) == (cell == "gru"), cell
+    scan = lambda w, xw, h: dense_scan("gru", w, xw, h, None, True)[1]  # noqa: E731
+    args = (list(a["w"]), a["xw"], a["h0"])
+    assert not uses_kernel(scan, *jax.tree.map(lambda x: x.astype(jnp.bfloat16), args))
+    monkeypatch.setenv(gru_kernel.VARIABLE, "off")
+    assert not gru_kernel.available() and not uses_kernel(scan, *args)
+
+
+def test_outputs_independent_of_padding(kernel_on):
+    """A dense GRU layer through the kernel: a sequence's outputs and final state are the
+    same whatever padding follows it."""
+    layer = DenseRecurrent("gru", 20, 3, block_start=True)
+    x = jax.random.normal(jax.random.key(0), (4, 17, 6))
+    params = layer.init(jax.random.key(1), x)
+    lengths = jnp.array([17, 9, 4, 1])
+    carry, ys = jax.jit(layer.apply)(params, x, lengths=lengths)
+    for b, n in enumerate(np.asarray(lengths)):
+        alone_carry, alone = jax.jit(layer.apply)(params, x[b: b + 1, :n])
+        np.testing.assert_allclose(ys[b, :n], alone[0], rtol=1e-6, atol=1e-6)
+        np.testing.assert_array_equal(ys[b, n:], 0.0)
+        np.testing.assert_allclose(carry[b], alone_carry[0], rtol=1e-6, atol=1e-6)
+
+
+def test_hm_classifier_step_same_with_the_kernel(monkeypatch):
+    """An HM-DenseGRU classifier's loss and gradients through the kernel against XLA's
+    scans: the same within float32 rounding."""
+    model = HMTextClassifier(vocab_size=30, num_classes=3, embed_size=8, net="hm",
+                             features=24, cell="gru", depths=(2, 4, 8))
+    tokens = jax.random.randint(jax.random.key(0), (5, 29), 0, 30)
+    lengths, labels = jnp.array([29, 20, 8, 3, 1]), jnp.array([0, 1, 2, 1, 0])
+    params = model.init(jax.random.key(1), tokens, lengths)
+
+    def loss(params):
+        logits = model.apply(params, tokens, lengths)
+        return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), labels[:, None], 1))
+
+    def run():
+        text = jax.jit(jax.grad(loss)).lower(params).as_text()
+        return native.target("gru_backward") in text, jax.jit(jax.value_and_grad(loss))(params)
+
+    monkeypatch.setenv(gru_kernel.VARIABLE, "off")
+    used_off, (loss_off, grads_off) = run()
+    monkeypatch.setenv(gru_kernel.VARIABLE, "on")
+    if not gru_kernel.available():
+        pytest.skip("the C++ kernels cannot be built or loaded here")
+    used_on, (loss_on, grads_on) = run()
+    assert used_on and not used_off
+    np.testing.assert_allclose(loss_on, loss_off, rtol=1e-6)
+    for got, want in zip(jax.tree.leaves(grads_on), jax.tree.leaves(grads_off), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_mode(monkeypatch):
+    monkeypatch.setenv(gru_kernel.VARIABLE, "maybe")
+    with pytest.raises(UserError, match="DENSE_RNN_GRU_KERNEL=maybe: use one of auto, on, off"):
+        gru_kernel.available()
+
+
+@pytest.mark.parametrize("flags, on", [("avx2 avx512f", True), ("avx2", False)])
+def test_auto_picks_the_kernel_by_cpu(monkeypatch, flags, on):
+    """``auto``: on AVX-512 CPUs, as the LSTM kernel; ``on`` and ``off`` whatever the CPU."""
+    monkeypatch.setattr(native, "cpuinfo", lambda: f"vendor_id\t: AuthenticAMD\nflags\t\t: {flags}")
+    monkeypatch.setattr(native, "cpu_backend", lambda: True)
+    monkeypatch.setattr(gru_kernel, "_loaded", lambda: True)
+    monkeypatch.setattr(lstm_kernel, "_loaded", lambda: True)
+    monkeypatch.delenv(gru_kernel.VARIABLE, raising=False)
+    monkeypatch.delenv(lstm_kernel.VARIABLE, raising=False)
+    assert gru_kernel.available() == lstm_kernel.available() == on
+    for value in ("on", "off"):
+        monkeypatch.setenv(gru_kernel.VARIABLE, value)
+        assert gru_kernel.available() == (value == "on")
