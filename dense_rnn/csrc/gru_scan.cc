@@ -34,19 +34,18 @@ constexpr int kHalf = kNR / 2;  // hidden units of a stage-A panel (its r and z 
 // wrow[p] + R[p] H) of the stacked w (sum_p R[p] H, 3H); its saved operands x~ and
 // x~ * tile(r) are the buffers 2p and 2p + 1 of ops, (blocks, B, R[p] H) each.
 struct Plan {
-  int64_t H, T, B, k, blocks, PA, PB, PC;  // PA, PB: panels of kHalf and kNR units
+  int64_t H, T, B, k, blocks, PA, PB;  // PA, PB: panels of kHalf and kNR units
   std::vector<int64_t> R, lo, wrow, pc;  // pc[p]: kNR-column panels of x~
 
   Plan(int64_t H, int64_t T, int64_t B, int64_t k, bool block_start)
       : H(H), T(T), B(B), k(k), blocks((T + k - 1) / k), PA((H + kHalf - 1) / kHalf),
-        PB((H + kNR - 1) / kNR), PC(0) {
+        PB((H + kNR - 1) / kNR) {
     int64_t rows = 0;
     for (int64_t p = 0; p < k; ++p) {
       R.push_back(block_start ? p + 1 : std::max<int64_t>(p, 1));
       lo.push_back(block_start || p == 0 ? 0 : 1);
       wrow.push_back(rows);
       pc.push_back((R[p] * H + kNR - 1) / kNR);
-      PC = std::max(PC, pc[p]);
       rows += R[p] * H;
     }
     wrow.push_back(rows);  // the total, at [k]
@@ -62,14 +61,6 @@ struct Plan {
 };
 
 inline float Sigmoid(float x) { return 0.5f * Tanh(0.5f * x) + 0.5f; }
-
-// Runs tile(rows, r0) for the row tiles of B rows: rows in [1, kMR], r0 its first row.
-template <typename Fn>
-void RowTiles(int64_t B, Fn tile) {
-  for (int64_t r0 = 0; r0 < B; r0 += kMR) {
-    tile(static_cast<int>(std::min<int64_t>(kMR, B - r0)), r0);
-  }
-}
 
 // The plan of w and a (B, T, 3H) operand seq, or an error.
 ffi::Error ReadPlan(const char* name, const Buffer& w, const Buffer& seq, int64_t k,
@@ -152,12 +143,13 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xw, Buffer h0, Buffer 
   const int64_t slots = P.Slots() * H;  // a row's history
   std::vector<float> history(B * slots);
   std::vector<float> own_acts(save ? 0 : B * G);  // r, z, n of the step, without acts
-  std::vector<float> own_gated(save ? 0 : B * P.R[k - 1] * H);  // x~ * tile(r), without ops
+  const int64_t widest = P.R[k - 1] * H;  // x~ of the last block position
+  std::vector<float> own_gated(save ? 0 : B * widest);  // x~ * tile(r), without ops
   auto act = [&](int64_t b, int64_t t) {
     return save ? acts->typed_data() + P.Row(b, t) * G : own_acts.data() + b * G;
   };
   auto gated = [&](int64_t b, int64_t t) {
-    return save ? P.Op(ops, t, b, true) : own_gated.data() + b * P.R[t % k] * H;
+    return save ? P.Op(ops, t, b, true) : own_gated.data() + b * widest;
   };
 
   // Position p's panels, in the calling thread's buffer: stage A's panel j, row i holds
@@ -170,76 +162,70 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xw, Buffer h0, Buffer 
     at_b[p] = size, size += P.PB * P.R[p] * H * kNR;
   }
   float* packed = Scratch(size);
-  const int64_t items = std::max(P.PA, P.PB);
-  Stages stages(items);
-  OnTeam(pool, Threads(pool, items), [&](int member, int members) {
-    alignas(64) float tile[kMR * kNR];
-    stages.Run(member, members, 2 * T + 1, [&](int64_t stage, int64_t j) {
-      if (stage == 0) {  // item j packs panel j of both stages, and copies units' h_0
-        for (int64_t p = 0; p < k; ++p) {
-          const float* wp = pw + P.wrow[p] * G;
-          for (int64_t i = 0; i < P.R[p] * H; ++i) {
-            for (int q = 0; q < kNR && j < P.PA; ++q) {
-              const int64_t u = j * kHalf + q % kHalf;
-              packed[at_a[p] + (j * P.R[p] * H + i) * kNR + q] =
-                  u < H ? wp[i * G + (q / kHalf) * H + u] : 0.f;
-            }
-            for (int q = 0; q < kNR && j < P.PB; ++q) {
-              const int64_t u = j * kNR + q;
-              packed[at_b[p] + (j * P.R[p] * H + i) * kNR + q] = u < H ? wp[i * G + 2 * H + u] : 0.f;
-            }
-          }
+  for (int64_t p = 0; p < k; ++p) {
+    const float* wp = pw + P.wrow[p] * G;
+    for (int64_t j = 0; j < P.PA; ++j) {
+      for (int64_t i = 0; i < P.R[p] * H; ++i) {
+        for (int q = 0; q < kNR; ++q) {
+          const int64_t u = j * kHalf + q % kHalf;
+          packed[at_a[p] + (j * P.R[p] * H + i) * kNR + q] =
+              u < H ? wp[i * G + (q / kHalf) * H + u] : 0.f;
         }
-        for (int64_t b = 0; b < B && j < P.PA; ++b) {
-          for (int64_t u = j * kHalf; u < std::min((j + 1) * kHalf, H); ++u) {
-            history[b * slots + u] = h[b * H + u];
-          }
-        }
-        return;
       }
-      const int64_t t = (stage - 1) / 2, p = t % k, width = P.R[p] * H;
-      if (stage % 2 == 1) {  // A: r and z of units [u0, u0 + units), and their x~ * tile(r)
-        if (j >= P.PA) return;
+    }
+    for (int64_t j = 0; j < P.PB; ++j) {
+      for (int64_t i = 0; i < P.R[p] * H; ++i) {
+        for (int q = 0; q < kNR; ++q) {
+          const int64_t u = j * kNR + q;
+          packed[at_b[p] + (j * P.R[p] * H + i) * kNR + q] = u < H ? wp[i * G + 2 * H + u] : 0.f;
+        }
+      }
+    }
+  }
+  for (int64_t b = 0; b < B; ++b) std::copy_n(h + b * H, H, history.data() + b * slots);
+
+  const RowGroups groups(B);
+  Steps steps(groups.count, T);
+  OnTeam(pool, Threads(pool, groups.count), [&](int member, int members) {
+    alignas(64) float tile[kMR * kNR];
+    steps.Run(member, members, [&](int64_t group, int64_t t) {
+      const int64_t r0 = groups.First(group), p = t % k, width = P.R[p] * H;
+      const int rows = groups.Rows(group);
+      const float* rec0 = history.data() + r0 * slots + P.lo[p] * H;
+      for (int64_t j = 0; j < P.PA; ++j) {  // r and z of units [u0, u0 + units), x~ * tile(r)
         const int64_t u0 = j * kHalf;
         const int units = static_cast<int>(std::min<int64_t>(kHalf, H - u0));
-        const float* panel = packed + at_a[p] + j * width * kNR;
-        RowTiles(B, [&](int rows, int64_t r0) {
-          const float* rec0 = history.data() + r0 * slots + P.lo[p] * H;
-          kTiles[rows - 1](rec0, slots, panel, width, tile);
-          for (int i = 0; i < rows; ++i) {  // in vectors of kHalf units, stored `units`
-            const int64_t b = r0 + i;
-            const float* x = px + P.Row(b, t) * G + u0;
-            float* a = act(b, t) + u0;
-            const float* rec = rec0 + i * slots + u0;
-            float* g = gated(b, t) + u0;
-            float* saved = save ? P.Op(ops, t, b, false) + u0 : nullptr;
-            alignas(64) float r[kHalf] = {}, z[kHalf] = {}, v[kHalf] = {};
-            Copy<kHalf>(x, units, r);
-            Copy<kHalf>(x + H, units, z);
-            for (int q = 0; q < kHalf; ++q) {
-              r[q] = Sigmoid(tile[i * kNR + q] + r[q]);
-              z[q] = Sigmoid(tile[i * kNR + kHalf + q] + z[q]);
-            }
-            Copy<kHalf>(r, units, a);
-            Copy<kHalf>(z, units, a + H);
-            for (int64_t s = 0; s < P.R[p]; ++s) {
-              Copy<kHalf>(rec + s * H, units, v);
-              if (saved) Copy<kHalf>(v, units, saved + s * H);
-              for (int q = 0; q < kHalf; ++q) v[q] *= r[q];
-              Copy<kHalf>(v, units, g + s * H);
-            }
+        kTiles[rows - 1](rec0, slots, packed + at_a[p] + j * width * kNR, width, tile);
+        for (int i = 0; i < rows; ++i) {  // in vectors of kHalf units, stored `units`
+          const int64_t b = r0 + i;
+          const float* x = px + P.Row(b, t) * G + u0;
+          float* a = act(b, t) + u0;
+          const float* rec = rec0 + i * slots + u0;
+          float* g = gated(b, t) + u0;
+          float* saved = save ? P.Op(ops, t, b, false) + u0 : nullptr;
+          alignas(64) float r[kHalf] = {}, z[kHalf] = {}, v[kHalf] = {};
+          Copy<kHalf>(x, units, r);
+          Copy<kHalf>(x + H, units, z);
+          for (int q = 0; q < kHalf; ++q) {
+            r[q] = Sigmoid(tile[i * kNR + q] + r[q]);
+            z[q] = Sigmoid(tile[i * kNR + kHalf + q] + z[q]);
           }
-        });
-        return;
+          Copy<kHalf>(r, units, a);
+          Copy<kHalf>(z, units, a + H);
+          for (int64_t s = 0; s < P.R[p]; ++s) {
+            Copy<kHalf>(rec + s * H, units, v);
+            if (saved) Copy<kHalf>(v, units, saved + s * H);
+            for (int q = 0; q < kHalf; ++q) v[q] *= r[q];
+            Copy<kHalf>(v, units, g + s * H);
+          }
+        }
       }
-      // B: n and h_t of units [u0, u0 + units)
-      if (j >= P.PB) return;
-      const int64_t u0 = j * kNR;
-      const int units = static_cast<int>(std::min<int64_t>(kNR, H - u0));
-      const float* panel = packed + at_b[p] + j * width * kNR;
       const bool next_starts = (t + 1) % k == 0;
-      RowTiles(B, [&](int rows, int64_t r0) {
-        kTiles[rows - 1](gated(r0, t), width, panel, width, tile);
+      for (int64_t j = 0; j < P.PB; ++j) {  // n and h_t of units [u0, u0 + units)
+        const int64_t u0 = j * kNR;
+        const int units = static_cast<int>(std::min<int64_t>(kNR, H - u0));
+        kTiles[rows - 1](gated(r0, t), save ? width : widest, packed + at_b[p] + j * width * kNR,
+                         width, tile);
         for (int i = 0; i < rows; ++i) {  // in vectors of kNR units, stored `units`
           const int64_t b = r0 + i;
           float* a = act(b, t) + u0;
@@ -265,7 +251,7 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xw, Buffer h0, Buffer 
           if (p + 1 < k) Copy<kNR>(h_new, units, slot + (p + 1) * H);  // the block's state
           if (next_starts) Copy<kNR>(hb, units, slot);  // the state carried into the next
         }
-      });
+      }
     });
   });
   return ffi::Error::Success();
@@ -303,7 +289,8 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dh_last, 
   float* pdx = dxw->typed_data();
   const int64_t slots = P.Slots() * H;
   std::vector<float> dhistory(B * slots);  // the history slots' gradients, this block
-  std::vector<float> dgated(B * P.R[k - 1] * H);  // d(x~ * tile(r)) * tile(r), this step
+  const int64_t widest = P.R[k - 1] * H;  // x~ of the last block position
+  std::vector<float> dgated(B * widest);  // d(x~ * tile(r)) * tile(r), a row's step
 
   // Position p's panels: B' panel (s, j), row i holds W_p[s H + u][2H + i] for units
   // u = j * kNR + q (W_n^T's rows of x~'s state s); C' panel j, row i, W_p[c][i] for
@@ -315,120 +302,107 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dh_last, 
     at_c[p] = size, size += P.pc[p] * 2 * H * kNR;
   }
   float* packed = Scratch(size);
-  const int64_t items = std::max({P.PA, P.PB, P.PC});
-  Stages stages(items);
-  OnTeam(pool, Threads(pool, items), [&](int member, int members) {
+  for (int64_t p = 0; p < k; ++p) {
+    const float* wp = pw + P.wrow[p] * G;
+    for (int64_t s = 0; s < P.R[p]; ++s) {
+      for (int64_t j = 0; j < P.PB; ++j) {
+        float* panel = packed + at_b[p] + (s * P.PB + j) * H * kNR;
+        for (int64_t i = 0; i < H; ++i) {
+          for (int q = 0; q < kNR; ++q) {
+            const int64_t u = j * kNR + q;
+            panel[i * kNR + q] = u < H ? wp[(s * H + u) * G + 2 * H + i] : 0.f;
+          }
+        }
+      }
+    }
+    for (int64_t j = 0; j < P.pc[p]; ++j) {
+      float* panel = packed + at_c[p] + j * 2 * H * kNR;
+      for (int64_t i = 0; i < 2 * H; ++i) {
+        for (int q = 0; q < kNR; ++q) {
+          const int64_t c = j * kNR + q;
+          panel[i * kNR + q] = c < P.R[p] * H ? wp[c * G + i] : 0.f;
+        }
+      }
+    }
+  }
+
+  const RowGroups groups(B);
+  Steps steps(groups.count, T + 1);
+  OnTeam(pool, Threads(pool, groups.count), [&](int member, int members) {
     alignas(64) float tile[kMR * kNR];
     alignas(64) float dr[kMR * kNR];
-    // Stage 0 packs; stages 3 (T - t) - 2 .. 3 (T - t) are step t's A', B', C'; stage
-    // 3T + 1 adds the carried state's gradient to dh0.
-    stages.Run(member, members, 3 * T + 2, [&](int64_t stage, int64_t j) {
-      if (stage == 0) {
-        for (int64_t p = 0; p < k; ++p) {
-          const float* wp = pw + P.wrow[p] * G;
-          for (int64_t s = 0; s < P.R[p] && j < P.PB; ++s) {
-            float* panel = packed + at_b[p] + (s * P.PB + j) * H * kNR;
-            for (int64_t i = 0; i < H; ++i) {
-              for (int q = 0; q < kNR; ++q) {
-                const int64_t u = j * kNR + q;
-                panel[i * kNR + q] = u < H ? wp[(s * H + u) * G + 2 * H + i] : 0.f;
-              }
-            }
-          }
-          if (j < P.pc[p]) {
-            float* panel = packed + at_c[p] + j * 2 * H * kNR;
-            for (int64_t i = 0; i < 2 * H; ++i) {
-              for (int q = 0; q < kNR; ++q) {
-                const int64_t c = j * kNR + q;
-                panel[i * kNR + q] = c < P.R[p] * H ? wp[c * G + i] : 0.f;
-              }
-            }
-          }
+    // Step s is t = T - 1 - s's A', B', C'; s = T (t = -1) adds the carried state's
+    // gradient to dh0.
+    steps.Run(member, members, [&](int64_t group, int64_t step) {
+      const int64_t r0 = groups.First(group), t = T - 1 - step;
+      const int rows = groups.Rows(group);
+      // A': the gradient of h_t, then those of n's and z's pre-activations
+      const bool block_ends = t + 1 < T ? (t + 1) % k == 0 : t == -1;
+      for (int64_t b = r0; b < r0 + rows; ++b) {
+        float* dslot = dhistory.data() + b * slots;
+        float* dhb = dh + b * H;
+        if (block_ends) {  // the block after t read carry_t as its slot 0: add, restart
+          for (int64_t u = 0; u < H; ++u) dhb[u] += dslot[u];
+          std::fill_n(dslot, slots, 0.f);
         }
-        return;
-      }
-      const int64_t t = T - 1 - (stage - 1) / 3, part = (stage - 1) % 3;
-      if (part == 0) {  // A' (or, at t = -1, the end): the gradient of h_t, units of panel j
-        if (j >= P.PA) return;
-        const int64_t u_lo = j * kHalf, u_hi = std::min(u_lo + kHalf, H);
-        const bool block_ends = t + 1 < T ? (t + 1) % k == 0 : t == -1;
-        for (int64_t b = 0; b < B; ++b) {
-          float* dslot = dhistory.data() + b * slots;
-          float* dhb = dh + b * H;
-          if (block_ends) {  // the block after t read carry_t as its slot 0: add, restart
-            for (int64_t u = u_lo; u < u_hi; ++u) {
-              dhb[u] += dslot[u];
-              for (int64_t s = 0; s < P.Slots(); ++s) dslot[s * H + u] = 0.f;
-            }
-          }
-          if (t < 0) continue;
-          const int64_t p = t % k, row = P.Row(b, t);
-          const float* a = pa + row * G;
-          float* dx = pdx + row * G;
-          if (pm != nullptr && pm[row] == 0.f) {  // padding: no gradient, the carry's passed on
-            for (int64_t u = u_lo; u < u_hi; ++u) dx[H + u] = dx[2 * H + u] = 0.f;
-            continue;
-          }
-          const float* h_prev = P.Op(ops, t, b, false) + (P.R[p] - 1) * H;  // x~'s last
-          const float* dy = pdy + row * H;
-          for (int64_t u = u_lo; u < u_hi; ++u) {
-            const float z = a[H + u], n = a[2 * H + u];
-            const float g = dhb[u] + dy[u] + (p + 1 < k ? dslot[(p + 1) * H + u] : 0.f);
-            dx[2 * H + u] = g * z * (1.f - n * n);
-            dx[H + u] = g * (n - h_prev[u]) * z * (1.f - z);
-            dhb[u] = g * (1.f - z);
-          }
+        if (t < 0) continue;
+        const int64_t p = t % k, row = P.Row(b, t);
+        const float* a = pa + row * G;
+        float* dx = pdx + row * G;
+        if (pm != nullptr && pm[row] == 0.f) {  // padding: no gradient, the carry's passed on
+          std::fill_n(dx, G, 0.f);
+          continue;
         }
-        return;
+        const float* h_prev = P.Op(ops, t, b, false) + (P.R[p] - 1) * H;  // x~'s last
+        const float* dy = pdy + row * H;
+        const float* dnext = p + 1 < k ? dslot + (p + 1) * H : nullptr;
+        for (int64_t u = 0; u < H; ++u) {
+          const float z = a[H + u], n = a[2 * H + u];
+          const float g = dhb[u] + dy[u] + (dnext ? dnext[u] : 0.f);
+          dx[2 * H + u] = g * z * (1.f - n * n);
+          dx[H + u] = g * (n - h_prev[u]) * z * (1.f - z);
+          dhb[u] = g * (1.f - z);
+        }
       }
+      if (t < 0) return;
       const int64_t p = t % k, width = P.R[p] * H;
-      const float* dx0 = pdx + P.Row(0, t) * G;  // row b of a step's dxw: dx0 + b T G
-      if (part == 1) {  // B': d(x~ * tile(r)) for the units of panel j, then dr of them
-        if (j >= P.PB) return;
+      const float* dx0 = pdx + P.Row(r0, t) * G;  // row r0 + i of the step's dxw: + i T G
+      for (int64_t j = 0; j < P.PB; ++j) {  // B': d(x~ * tile(r)) of units [u0, u0 + units)
         const int64_t u0 = j * kNR;
         const int units = static_cast<int>(std::min<int64_t>(kNR, H - u0));
-        RowTiles(B, [&](int rows, int64_t r0) {
-          std::fill_n(dr, kMR * kNR, 0.f);
-          for (int64_t s = 0; s < P.R[p]; ++s) {
-            kTiles[rows - 1](dx0 + r0 * T * G + 2 * H, T * G,
-                             packed + at_b[p] + (s * P.PB + j) * H * kNR, H, tile);
-            for (int i = 0; i < rows; ++i) {
-              const int64_t b = r0 + i;
-              const float* rec = P.Op(ops, t, b, false) + s * H;
-              const float* r = pa + P.Row(b, t) * G;
-              float* dg = dgated.data() + b * width + s * H;
-              for (int q = 0; q < units; ++q) {
-                const float d = tile[i * kNR + q];
-                dr[i * kNR + q] += d * rec[u0 + q];
-                dg[u0 + q] = d * r[u0 + q];
-              }
-            }
-          }
+        std::fill_n(dr, kMR * kNR, 0.f);
+        for (int64_t s = 0; s < P.R[p]; ++s) {
+          kTiles[rows - 1](dx0 + 2 * H, T * G, packed + at_b[p] + (s * P.PB + j) * H * kNR, H,
+                           tile);
           for (int i = 0; i < rows; ++i) {
             const int64_t b = r0 + i;
-            const float* r = pa + P.Row(b, t) * G;
-            float* dx = pdx + P.Row(b, t) * G;
+            const float* rec = P.Op(ops, t, b, false) + s * H + u0;
+            const float* r = pa + P.Row(b, t) * G + u0;
+            float* dg = dgated.data() + b * widest + s * H + u0;
             for (int q = 0; q < units; ++q) {
-              dx[u0 + q] = dr[i * kNR + q] * r[u0 + q] * (1.f - r[u0 + q]);
+              const float d = tile[i * kNR + q];
+              dr[i * kNR + q] += d * rec[q];
+              dg[q] = d * r[q];
             }
           }
-        });
-        return;
+        }
+        for (int i = 0; i < rows; ++i) {  // then r's pre-activation's
+          const float* r = pa + P.Row(r0 + i, t) * G + u0;
+          float* dx = pdx + P.Row(r0 + i, t) * G + u0;
+          for (int q = 0; q < units; ++q) dx[q] = dr[i * kNR + q] * r[q] * (1.f - r[q]);
+        }
       }
-      // C': dx~ of columns [c0, c0 + cols) of panel j, into the history slots x~ read
-      if (j >= P.pc[p]) return;
-      const int64_t c0 = j * kNR;
-      const int cols = static_cast<int>(std::min<int64_t>(kNR, width - c0));
-      RowTiles(B, [&](int rows, int64_t r0) {
-        kTiles[rows - 1](dx0 + r0 * T * G, T * G, packed + at_c[p] + j * 2 * H * kNR, 2 * H,
-                         tile);
-        for (int i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < P.pc[p]; ++j) {  // C': dx~ of columns [c0, c0 + cols)
+        const int64_t c0 = j * kNR;
+        const int cols = static_cast<int>(std::min<int64_t>(kNR, width - c0));
+        kTiles[rows - 1](dx0, T * G, packed + at_c[p] + j * 2 * H * kNR, 2 * H, tile);
+        for (int i = 0; i < rows; ++i) {  // into the history slots x~ read
           const int64_t b = r0 + i;
-          const float* dg = dgated.data() + b * width;
+          const float* dg = dgated.data() + b * widest;
           float* dslot = dhistory.data() + b * slots + P.lo[p] * H;
           for (int q = 0; q < cols; ++q) dslot[c0 + q] += tile[i * kNR + q] + dg[c0 + q];
         }
-      });
+      }
     });
   });
   return ffi::Error::Success();

@@ -148,6 +148,57 @@ class Stages {
   std::atomic<int64_t> done_{0};
 };
 
+// The batch rows cut into groups of at most kMR, one register tile each, sizes balanced.
+struct RowGroups {
+  explicit RowGroups(int64_t rows) : rows(rows), count((rows + kMR - 1) / kMR) {}
+  int64_t First(int64_t g) const { return rows * g / count; }
+  int Rows(int64_t g) const { return static_cast<int>(First(g + 1) - First(g)); }
+  const int64_t rows, count;
+};
+
+// The steps of independent sequences (groups of rows), shared by a team with no barrier:
+// each group's steps run in order, one at a time, and a member takes the first group
+// (from its own share on) whose next step no one is running. So a member stays on a group
+// while it can, and one the OS deschedules holds up only the group it holds.
+class Steps {
+ public:
+  Steps(int64_t groups, int64_t steps) : steps_(steps), state_(groups) {}
+
+  // Runs fn(group, step) for every step of every group.
+  template <typename Fn>
+  void Run(int member, int members, Fn fn) {
+    const int64_t groups = static_cast<int64_t>(state_.size());
+    const int64_t first = groups * member / members;
+    for (int spins = 0;;) {
+      bool left = false, ran = false;
+      for (int64_t i = 0; i < groups && !ran; ++i) {
+        std::atomic<int64_t>& state = state_[(first + i) % groups].value;
+        int64_t s = state.load();  // 2 * next step, + 1 while it runs
+        if (s >= 2 * steps_) continue;
+        left = true;
+        if (s % 2 == 0 && state.compare_exchange_strong(s, s + 1)) {
+          fn((first + i) % groups, s / 2);
+          state.store(s + 2);
+          ran = true;
+        }
+      }
+      if (!left) return;
+      if (ran) {
+        spins = 0;
+      } else if (++spins > 64) {
+        std::this_thread::yield();
+      }
+    }
+  }
+
+ private:
+  struct alignas(64) State {
+    std::atomic<int64_t> value{0};
+  };
+  const int64_t steps_;
+  std::vector<State> state_;
+};
+
 // Runs body(member, members) on a team of at most `want` threads: the caller (member 0)
 // and the tasks on the pool that start within kJoinWindow. The team is fixed before body
 // runs and a task that starts later does nothing, so the caller never waits on a task that
