@@ -40,7 +40,6 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable
-from typing import NamedTuple
 
 import flax.linen as nn
 import jax
@@ -132,7 +131,16 @@ def dense_scan(
     ``W2^{(n)}`` is ONE product over the steps at position ``n`` of their saved operands and
     ``dxw``, instead of a small product accumulated inside the backward scan at every step.
     """
+    if _kernel(cell, w_hh, xw, carry):
+        mask = None if lengths is None else length_mask(lengths, xw.shape[1])
+        return gru_kernel.scan(tuple(w_hh), xw, carry, mask, block_start)
     return _dense_scan(cell, block_start, tuple(w_hh), xw, carry, lengths)
+
+
+def _kernel(cell: str, w_hh: list[Array], xw: Array, carry: cells.Carry) -> bool:
+    """Whether the layer runs as the C++ dense GRU kernel (``gru_kernel``): float32 GRU on
+    an AVX-512 CPU."""
+    return cell == "gru" and gru_kernel.applies(w_hh, xw, carry)
 
 
 def _scan(
@@ -190,37 +198,13 @@ def _dense_scan(
     cell: str, block_start: bool, w_hh: tuple[Array, ...], xw: Array, carry: cells.Carry,
     lengths: Array | None
 ) -> tuple[cells.Carry, Array]:
-    if _kernel(cell, w_hh, xw, carry):
-        h, ys, _ = gru_kernel.forward(w_hh, xw, carry, _mask(lengths, xw), block_start, False)
-        return h, ys
     return _scan(cell, block_start, w_hh, xw, carry, lengths)[0]
-
-
-def _kernel(cell: str, w_hh: tuple[Array, ...], xw: Array, carry: cells.Carry) -> bool:
-    """Whether the scan runs as the C++ dense GRU kernel (``gru_kernel``): float32 GRU on
-    an AVX-512 CPU."""
-    return cell == "gru" and gru_kernel.applies(*w_hh, xw, carry)
-
-
-def _mask(lengths: Array | None, xw: Array) -> Array | None:
-    return None if lengths is None else length_mask(lengths, xw.shape[1])
-
-
-class _KernelResiduals(NamedTuple):
-    """What ``gru_kernel.backward`` needs besides the operands: the gates and the mask."""
-
-    acts: Array
-    mask: Array | None
 
 
 def _dense_scan_fwd(
     cell: str, block_start: bool, w_hh: tuple[Array, ...], xw: Array, carry: cells.Carry,
     lengths: Array | None
 ) -> tuple[tuple[cells.Carry, Array], tuple]:
-    if _kernel(cell, w_hh, xw, carry):
-        mask = _mask(lengths, xw)
-        h, ys, (acts, operands) = gru_kernel.forward(w_hh, xw, carry, mask, block_start, True)
-        return (h, ys), (_KernelResiduals(acts, mask), operands, w_hh)
     # the weights are constants of the vjp: their gradient is not accumulated per step
     out, vjp, operands = jax.vjp(
         lambda xw, carry: _scan(cell, block_start, w_hh, xw, carry, lengths), xw, carry,
@@ -233,11 +217,7 @@ def _dense_scan_bwd(
 ) -> tuple[tuple[Array, ...], Array, cells.Carry, None]:
     vjp, operands, w_hh = res
     k = len(w_hh)
-    if isinstance(vjp, _KernelResiduals):
-        dxw, dcarry = gru_kernel.backward(w_hh, cotangents[1], cotangents[0], vjp.mask,
-                                          block_start, (vjp.acts, operands))
-    else:
-        dxw, dcarry = vjp(cotangents)
+    dxw, dcarry = vjp(cotangents)
     batch, time, g = dxw.shape
     blocks = operands[0][0].shape[0]
     dz = jnp.pad(dxw, ((0, 0), (0, blocks * k - time), (0, 0))).reshape(batch, blocks, k, g)

@@ -50,10 +50,11 @@ def available() -> bool:
     return native.enabled(VARIABLE, " avx512f" in native.cpuinfo(), _loaded)
 
 
-def applies(*arrays: Array) -> bool:
-    """Whether a dense GRU scan of these operands (weights, inputs, carry) runs the kernel:
-    all float32, and ``available()``."""
-    return all(a.dtype == jnp.float32 for a in arrays) and available()
+def applies(w_hh: list[Array] | tuple[Array, ...], xw: Array, h0: Array) -> bool:
+    """Whether a dense GRU scan of these operands runs the kernel: the weights ``W2^{(n)}``,
+    ``xw (B, T, 3H)`` and ``h0 (B, H)`` all float32, and ``available()``."""
+    return (xw.ndim == 3 and h0.ndim == 2
+            and all(a.dtype == jnp.float32 for a in (*w_hh, xw, h0)) and available())
 
 
 def _call(name: str, shapes: list[tuple[int, ...]], *args: Array, **attrs) -> list[Array]:
@@ -95,3 +96,38 @@ def backward(w_hh: tuple[Array, ...], dys: Array, dh: Array, mask: Array | None,
                      dys, dh, _mask(mask), acts, *jax.tree.leaves(ops), k=len(w_hh),
                      block_start=block_start)
     return dxw, dh0
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def scan(w_hh: tuple[Array, ...], xw: Array, h0: Array, mask: Array | None,
+         block_start: bool) -> tuple[Array, Array]:
+    """``forward``'s ``(h, ys)``, differentiable: the kernel's backward for ``xw`` and
+    ``h0``; for each ``W2^{(n)}`` one product over its block position's steps of the saved
+    operands and the gates' gradients (``x~^T d_rz`` beside ``(x~ * tile(r))^T d_n``),
+    rather than a small product accumulated at every step."""
+    return forward(w_hh, xw, h0, mask, block_start, False)[:2]
+
+
+def _scan_fwd(w_hh: tuple[Array, ...], xw: Array, h0: Array, mask: Array | None,
+              block_start: bool) -> tuple[tuple[Array, Array], tuple]:
+    h, ys, res = forward(w_hh, xw, h0, mask, block_start, True)
+    return (h, ys), (w_hh, mask, res)
+
+
+def _scan_bwd(block_start: bool, res: tuple, cotangents: tuple[Array, Array]
+              ) -> tuple[tuple[Array, ...], Array, Array, None]:
+    w_hh, mask, (acts, operands) = res
+    dxw, dh0 = backward(w_hh, cotangents[1], cotangents[0], mask, block_start, (acts, operands))
+    batch, time, g = dxw.shape
+    k, rz = len(w_hh), 2 * g // 3
+    blocks = operands[0][0].shape[0]
+    dz = jnp.pad(dxw, ((0, 0), (0, blocks * k - time), (0, 0))).reshape(batch, blocks, k, g)
+    # the operands are block-major and dz batch-major: one einsum each over (blocks, batch)
+    dw = tuple(
+        jnp.concatenate([jnp.einsum("mbw,bmg->wg", rec, dz[:, :, n, :rz]),
+                         jnp.einsum("mbw,bmg->wg", gated, dz[:, :, n, rz:])], axis=-1)
+        for n, (rec, gated) in enumerate(operands))
+    return dw, dxw, dh0, None
+
+
+scan.defvjp(_scan_fwd, _scan_bwd)

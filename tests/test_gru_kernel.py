@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dense_rnn import gru_kernel, lstm_kernel, native
+from dense_rnn import cells, gru_kernel, lstm_kernel, native, recurrent
 from dense_rnn.dense_block import DenseRecurrent, dense_scan, rec_rows
 from dense_rnn.errors import UserError
 from dense_rnn.models.hm_densernn import HMTextClassifier
@@ -145,6 +145,33 @@ def test_which_scans_take_the_kernel(kernel_on, monkeypatch):
     assert not uses_kernel(scan, *jax.tree.map(lambda x: x.astype(jnp.bfloat16), args))
     monkeypatch.setenv(gru_kernel.VARIABLE, "off")
     assert not gru_kernel.available() and not uses_kernel(scan, *args)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_plain_gru_scans_take_the_kernel(monkeypatch, reverse):
+    """``recurrent.scan_cell`` with the GRU (the stacked and bidirectional baselines) runs
+    the kernel at dense depth 1: values and gradients as XLA's scan's."""
+    a = operands(1, False, 7, 12, 21)
+    lengths = jnp.array([12, 5, 1, 0, 9, 12, 3])
+
+    def run():
+        def loss(w, xw, h0):
+            h, ys = recurrent.scan_cell(cells.get_cell("gru"), {"w_hh": w}, xw, h0, lengths,
+                                        reverse)
+            return jnp.sum(1.3 * h) + jnp.sum(jnp.sin(ys))
+
+        args = (a["w"][0], a["xw"], a["h0"])
+        return uses_kernel(loss, *args), jax.jit(jax.value_and_grad(loss, (0, 1, 2)))(*args)
+
+    monkeypatch.setenv(gru_kernel.VARIABLE, "off")
+    used_off, off = run()
+    monkeypatch.setenv(gru_kernel.VARIABLE, "on")
+    if not gru_kernel.available():
+        pytest.skip("the C++ kernels cannot be built or loaded here")
+    used_on, on = run()
+    assert used_on and not used_off
+    for got, want in zip(jax.tree.leaves(on), jax.tree.leaves(off), strict=True):
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
 
 
 def test_outputs_independent_of_padding(kernel_on):
