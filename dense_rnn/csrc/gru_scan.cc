@@ -6,19 +6,20 @@
 // A step at block position n reads x~_t, the R_n most recent states (h_{t-1} alone at
 // n = 1 without block_start; else the block's states so far, with block_start the state
 // carried into it first): a contiguous run of the block's history, kept per batch row as
-// slots [carried state, h_{mk+1}, ..., h_{mk+k-1}]. Each step is two stages of panels, as
-// the GRU's two products are sequential:
-//   A: [r, z] = sigmoid(xw_rz + x~ W_rz^(n)), and x~ * tile(r) for the panel's units;
-//   B: n = tanh(xw_n + (x~ * tile(r)) W_n^(n)), h_t = (1 - z) h_{t-1} + z n.
-// The backward step is three, each product needing every unit's result of the stage before:
-//   A': the gradient of h_t, and from it those of n's and z's pre-activations;
-//   B': d(x~ * tile(r)) = d_n W_n^T, and from it r's pre-activation's and part of dx~;
-//   C': dx~ += d_rz W_rz^T, added into the gradients of the history slots it read.
-// The products, packing, threads and tanh are lstm_scan.cc's (scan_kernel.h); sigmoid is
-// 0.5 tanh(x / 2) + 0.5. Operands are batch-major, as the layer holds them: the row of
-// batch row b, step t is b * T + t. The weights' gradients are products over the steps of
-// each position, of the saved operands x~ and x~ * tile(r) (ops) and the returned dxw,
-// left to XLA (dense_block._dense_scan_bwd).
+// slots [carried state, h_{mk+1}, ..., h_{mk+k-1}]. A forward step is two products, each
+// over every panel of units, as the second reads every unit's reset gate:
+//   [r, z] = sigmoid(xw_rz + x~ W_rz^(n)), and x~ * tile(r);
+//   n = tanh(xw_n + (x~ * tile(r)) W_n^(n)), h_t = (1 - z) h_{t-1} + z n.
+// A backward step is the gradient of h_t, and from it those of n's and z's
+// pre-activations; then d(x~ * tile(r)) = d_n W_n^T, and from it r's pre-activation's and
+// part of dx~; then dx~ += d_rz W_rz^T, added into the gradients of the history slots x~
+// read. The batch rows are cut into groups of one register tile (RowGroups), each an
+// independent sequence whose steps the threads claim one at a time (Steps): no barrier
+// between the threads, whose results do not depend on who ran what. The tiled product
+// and tanh are lstm_scan.cc's (scan_kernel.h); sigmoid is 0.5 tanh(x / 2) + 0.5. Operands
+// are batch-major, as the layer holds them: the row of batch row b, step t is b * T + t.
+// The weights' gradients are products over the steps of each position, of the saved
+// operands x~ and x~ * tile(r) (ops) and the returned dxw, left to XLA (gru_kernel.scan).
 #include <vector>
 
 #include "scan_kernel.h"
