@@ -35,21 +35,15 @@ def mode() -> str:
     return native.mode(VARIABLE)
 
 
-@functools.cache
 def _loaded() -> bool:
-    lib = native.library()
-    if isinstance(lib, str):
-        native.unavailable(VARIABLE, f"GRU scans stay XLA's; the C++ kernels are unavailable: "
-                           f"{lib}")
-        return False
-    return True
+    return native.loaded(VARIABLE, "GRU scans")
 
 
 def available() -> bool:
     """Whether float32 dense GRU scans on the CPU run the C++ kernel: as
     ``DENSE_RNN_GRU_KERNEL`` says, on x86-64 Linux with JAX's default backend the CPU,
     where the kernels build and load."""
-    return native.enabled(VARIABLE, " avx512f" in native.cpuinfo(), _loaded)
+    return native.enabled(VARIABLE, native.avx512(), _loaded)
 
 
 def applies(w_hh: list[Array] | tuple[Array, ...], xw: Array, h0: Array) -> bool:

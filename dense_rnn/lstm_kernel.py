@@ -20,8 +20,6 @@ x86-64 Linux CPU), ``off`` (XLA's scans).
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 
@@ -38,21 +36,15 @@ def mode() -> str:
     return native.mode(VARIABLE)
 
 
-@functools.cache
 def _loaded() -> bool:
-    lib = native.library()
-    if isinstance(lib, str):
-        native.unavailable(VARIABLE, f"LSTM scans stay XLA's; the C++ kernels are unavailable: "
-                           f"{lib}")
-        return False
-    return True
+    return native.loaded(VARIABLE, "LSTM scans")
 
 
 def available() -> bool:
     """Whether float32 LSTM scans on the CPU run the C++ kernel: as
     ``DENSE_RNN_LSTM_KERNEL`` says, on x86-64 Linux with JAX's default backend the CPU,
     where the kernels build and load."""
-    return native.enabled(VARIABLE, " avx512f" in native.cpuinfo(), _loaded)
+    return native.enabled(VARIABLE, native.avx512(), _loaded)
 
 
 def applies(w_hh: Array, *arrays: Array | None) -> bool:

@@ -68,6 +68,11 @@ def intel() -> bool:
     return "GenuineIntel" in cpuinfo()
 
 
+def avx512() -> bool:
+    """Whether the CPU has AVX-512 (where the scan kernels are on by default)."""
+    return " avx512f" in cpuinfo()
+
+
 def cpu_backend() -> bool:
     """Whether the kernels can run: x86-64 Linux with JAX's default backend the CPU."""
     return (sys.platform.startswith("linux") and platform.machine() == "x86_64"
@@ -87,6 +92,17 @@ def unavailable(variable: str, message: str) -> None:
     """Logs why a kernel stays off: a warning where ``variable`` asked for it (``on``)."""
     _log.log(logging.WARNING if mode(variable) == "on" else logging.INFO, "dense_rnn: %s",
              message)
+
+
+@functools.cache
+def loaded(variable: str, what: str) -> bool:
+    """Whether the kernels built and loaded; where not, says once (``unavailable``) that
+    ``what`` stay XLA's, and why."""
+    lib = library()
+    if isinstance(lib, str):
+        unavailable(variable, f"{what} stay XLA's; the C++ kernels are unavailable: {lib}")
+        return False
+    return True
 
 
 def _build() -> str:

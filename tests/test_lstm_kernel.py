@@ -224,7 +224,7 @@ def test_without_a_compiler_the_scans_stay_xlas(monkeypatch, tmp_path, caplog):
     monkeypatch.setenv("CXX", str(tmp_path / "no-compiler"))
     monkeypatch.setenv("DENSE_RNN_LSTM_KERNEL", "on")
     native.library.cache_clear()
-    lstm_kernel._loaded.cache_clear()
+    native.loaded.cache_clear()
     try:
         assert isinstance(native.library(), str)
         assert not lstm_kernel.available()
@@ -234,7 +234,7 @@ def test_without_a_compiler_the_scans_stay_xlas(monkeypatch, tmp_path, caplog):
         assert not uses_kernel(scan, a["w"], a["xs"], a["c"], a["h"])
     finally:
         native.library.cache_clear()
-        lstm_kernel._loaded.cache_clear()
+        native.loaded.cache_clear()
 
 
 @pytest.mark.parametrize("vendor, flags, scans, products", [
