@@ -133,14 +133,14 @@ def dense_scan(
     """
     if _kernel(cell, w_hh, xw, carry):
         mask = None if lengths is None else length_mask(lengths, xw.shape[1])
-        return gru_kernel.scan(tuple(w_hh), xw, carry, mask, block_start)
+        return gru_kernel.scan(tuple(w_hh), xw, carry, mask, block_start, cell)
     return _dense_scan(cell, block_start, tuple(w_hh), xw, carry, lengths)
 
 
 def _kernel(cell: str, w_hh: list[Array], xw: Array, carry: cells.Carry) -> bool:
-    """Whether the layer runs as the C++ dense GRU kernel (``gru_kernel``): float32 GRU on
-    an AVX-512 CPU."""
-    return cell == "gru" and gru_kernel.applies(w_hh, xw, carry)
+    """Whether the layer runs as the C++ dense GRU kernel (``gru_kernel``): a float32 GRU
+    or vanilla RNN on an AVX-512 CPU."""
+    return cell in gru_kernel.GATES and gru_kernel.applies(w_hh, xw, carry)
 
 
 def _scan(

@@ -62,67 +62,76 @@ def _mask(mask: Array | None) -> Array:
     return jnp.zeros((0,), jnp.float32) if mask is None else mask.astype(jnp.float32)
 
 
-Residuals = tuple[Array, tuple[tuple[Array, Array], ...]]  # gates, operands by position
+Residuals = tuple[Array, tuple[tuple[Array, ...], ...]]  # gates, operands by position
+GATES = {"gru": 3, "rnn": 1}  # the cells the kernel runs, and their gates
+OPERANDS = {"gru": 2, "rnn": 1}  # saved a block position: x~ (and x~ * tile(r))
 
 
 def forward(w_hh: tuple[Array, ...], xw: Array, h0: Array, mask: Array | None,
-            block_start: bool, save: bool) -> tuple[Array, Array, Residuals | None]:
-    """The dense GRU scan over ``xw (B, T, 3H)`` from ``h0 (B, H)``, ``w_hh[n - 1]`` =
-    ``W2^{(n)}``; ``mask (B, T)`` (a prefix one) or None. Returns ``(h, ys (B, T, H),
-    residuals)``: with ``save`` the gates ``[r, z, n]`` (B, T, 3H) and, per block position
-    ``n``, the operands ``x~`` and ``x~ * tile(r)`` of its products, each ``(blocks, B,
+            block_start: bool, save: bool, cell: str = "gru"
+            ) -> tuple[Array, Array, Residuals | None]:
+    """The dense GRU (or, with ``cell="rnn"``, vanilla RNN: ``h_t = tanh(xw + x~ W2)``)
+    scan over ``xw (B, T, gH)`` from ``h0 (B, H)``, ``w_hh[n - 1]`` = ``W2^{(n)}``; ``mask
+    (B, T)`` (a prefix one) or None. Returns ``(h, ys (B, T, H), residuals)``: with
+    ``save`` the gates (``[r, z, n]``, or ``n``) and, per block position ``n``, the
+    operands of its products (``x~`` and ``x~ * tile(r)``, or ``x~``), each ``(blocks, B,
     W2^{(n)}'s rows)`` as ``dense_block._scan``'s; else None."""
     if isinstance(lib := native.library(), str):
         raise RuntimeError(f"the C++ GRU kernel is unavailable: {lib}")
     batch, time, g = xw.shape
-    blocks = -(-time // len(w_hh))
-    ops = [(blocks, batch, w.shape[0]) for w in w_hh for _ in range(2)] if save else []
-    shapes = [(batch, time, g // 3), h0.shape, xw.shape if save else (0,), *ops]
+    blocks, per = -(-time // len(w_hh)), OPERANDS[cell]
+    ops = [(blocks, batch, w.shape[0]) for w in w_hh for _ in range(per)] if save else []
+    shapes = [(batch, time, g // GATES[cell]), h0.shape, xw.shape if save else (0,), *ops]
     ys, h, acts, *ops = _call("gru_forward", shapes, jnp.concatenate(w_hh, axis=0), xw, h0,
-                              _mask(mask), k=len(w_hh), block_start=block_start)
-    return h, ys, (acts, tuple(zip(ops[::2], ops[1::2], strict=True))) if save else None
+                              _mask(mask), k=len(w_hh), block_start=block_start,
+                              gru=cell == "gru")
+    grouped = tuple(tuple(ops[i: i + per]) for i in range(0, len(ops), per))
+    return h, ys, (acts, grouped) if save else None
 
 
 def backward(w_hh: tuple[Array, ...], dys: Array, dh: Array, mask: Array | None,
-             block_start: bool, res: Residuals) -> tuple[Array, Array]:
+             block_start: bool, res: Residuals, cell: str = "gru") -> tuple[Array, Array]:
     """The backward scan of ``forward``: the gates' pre-activation gradients ``dxw (B, T,
-    3H)`` and the initial carry's ``dh0``, from the final carry's ``dh`` and ``dys``."""
+    gH)`` and the initial carry's ``dh0``, from the final carry's ``dh`` and ``dys``."""
     acts, ops = res
     dxw, dh0 = _call("gru_backward", [acts.shape, dh.shape], jnp.concatenate(w_hh, axis=0),
                      dys, dh, _mask(mask), acts, *jax.tree.leaves(ops), k=len(w_hh),
-                     block_start=block_start)
+                     block_start=block_start, gru=cell == "gru")
     return dxw, dh0
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
 def scan(w_hh: tuple[Array, ...], xw: Array, h0: Array, mask: Array | None,
-         block_start: bool) -> tuple[Array, Array]:
+         block_start: bool, cell: str = "gru") -> tuple[Array, Array]:
     """``forward``'s ``(h, ys)``, differentiable: the kernel's backward for ``xw`` and
     ``h0``; for each ``W2^{(n)}`` one product over its block position's steps of the saved
-    operands and the gates' gradients (``x~^T d_rz`` beside ``(x~ * tile(r))^T d_n``),
-    rather than a small product accumulated at every step."""
-    return forward(w_hh, xw, h0, mask, block_start, False)[:2]
+    operands and the gates' gradients (the GRU's ``x~^T d_rz`` beside ``(x~ * tile(r))^T
+    d_n``, the vanilla RNN's ``x~^T d_n``), rather than a small product accumulated at
+    every step."""
+    return forward(w_hh, xw, h0, mask, block_start, False, cell)[:2]
 
 
 def _scan_fwd(w_hh: tuple[Array, ...], xw: Array, h0: Array, mask: Array | None,
-              block_start: bool) -> tuple[tuple[Array, Array], tuple]:
-    h, ys, res = forward(w_hh, xw, h0, mask, block_start, True)
+              block_start: bool, cell: str) -> tuple[tuple[Array, Array], tuple]:
+    h, ys, res = forward(w_hh, xw, h0, mask, block_start, True, cell)
     return (h, ys), (w_hh, mask, res)
 
 
-def _scan_bwd(block_start: bool, res: tuple, cotangents: tuple[Array, Array]
+def _scan_bwd(block_start: bool, cell: str, res: tuple, cotangents: tuple[Array, Array]
               ) -> tuple[tuple[Array, ...], Array, Array, None]:
     w_hh, mask, (acts, operands) = res
-    dxw, dh0 = backward(w_hh, cotangents[1], cotangents[0], mask, block_start, (acts, operands))
+    dxw, dh0 = backward(w_hh, cotangents[1], cotangents[0], mask, block_start,
+                        (acts, operands), cell)
     batch, time, g = dxw.shape
-    k, rz = len(w_hh), 2 * g // 3
+    k = len(w_hh)
     blocks = operands[0][0].shape[0]
     dz = jnp.pad(dxw, ((0, 0), (0, blocks * k - time), (0, 0))).reshape(batch, blocks, k, g)
+    cuts = [0, 2 * g // 3, g] if cell == "gru" else [0, g]  # the columns each operand meets
     # the operands are block-major and dz batch-major: one einsum each over (blocks, batch)
     dw = tuple(
-        jnp.concatenate([jnp.einsum("mbw,bmg->wg", rec, dz[:, :, n, :rz]),
-                         jnp.einsum("mbw,bmg->wg", gated, dz[:, :, n, rz:])], axis=-1)
-        for n, (rec, gated) in enumerate(operands))
+        jnp.concatenate([jnp.einsum("mbw,bmg->wg", a, dz[:, :, n, lo:hi])
+                         for a, lo, hi in zip(ops, cuts[:-1], cuts[1:], strict=True)], axis=-1)
+        for n, ops in enumerate(operands))
     return dw, dxw, dh0, None
 
 

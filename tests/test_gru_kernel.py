@@ -1,6 +1,6 @@
 """The C++ dense GRU kernel (``dense_rnn/gru_kernel.py``, ``csrc/gru_scan.cc``): its forward
-scan against a float64 NumPy dense GRU (eq. 2, 5, 7-8), its gradients against XLA's scan in
-float64, and which scans take it."""
+scan against a float64 NumPy dense GRU and vanilla dense RNN (eq. 2-3, 5, 7-8), its gradients
+against XLA's scan in float64, and which scans take it."""
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +15,7 @@ from dense_rnn.models.hm_densernn import HMTextClassifier
 # (k, block_start), then (B, T, H) off the register tiles (6 or 10 rows; panels of 8 or 16
 # units for r and z, 16 or 32 for n), T off whole blocks
 LAYERS = [(1, False), (2, True), (3, False), (4, True)]
+CELLS = ["gru", "rnn"]
 SHAPES = [(1, 1, 5), (7, 10, 21), (12, 9, 40)]
 
 
@@ -26,41 +27,51 @@ def kernel_on(monkeypatch):
         pytest.skip("the C++ kernels cannot be built or loaded here")
 
 
-def operands(k, block_start, b, t, h, seed=0, lengths=None):
+def operands(k, block_start, b, t, h, seed=0, lengths=None, cell="gru"):
     rng = np.random.default_rng(seed)
     f32 = lambda *s, scale=1.0: (scale * rng.standard_normal(s)).astype(np.float32)  # noqa: E731
+    g = gru_kernel.GATES[cell] * h
     return {
-        "w": tuple(f32(rec_rows(n, block_start) * h, 3 * h, scale=0.4) for n in range(1, k + 1)),
-        "xw": f32(b, t, 3 * h), "h0": f32(b, h),
+        # the vanilla RNN's smaller weights keep its float32 rounding from growing over steps
+        "w": tuple(f32(rec_rows(n, block_start) * h, g, scale=0.4 if cell == "gru" else 0.15)
+                   for n in range(1, k + 1)),
+        "xw": f32(b, t, g), "h0": f32(b, h),
         "mask": None if lengths is None else np.arange(t)[None, :] < np.asarray(lengths)[:, None],
     }
 
 
-def numpy_dense_gru(w, xw, h0, mask, block_start):
-    """The dense GRU layer in float64 NumPy: outputs, final state, gates ``[r, z, n]`` and,
-    per block position, the operands ``x~`` and ``x~ * tile(r)`` of its products."""
+def numpy_dense_layer(w, xw, h0, mask, block_start, cell="gru"):
+    """The dense GRU (or vanilla RNN) layer in float64 NumPy: outputs, final state, gates
+    (``[r, z, n]`` or ``n``) and, per block position, the operands of its products (``x~``
+    and ``x~ * tile(r)``, or ``x~``)."""
     sig = lambda x: 1 / (1 + np.exp(-x))  # noqa: E731
     b, t, g = xw.shape
-    n_hidden, k = g // 3, len(w)
+    n_hidden, k = g // gru_kernel.GATES[cell], len(w)
     blocks = -(-t // k)
     h = h0.astype(np.float64)
     ys, acts = np.zeros((b, t, n_hidden)), np.zeros((b, t, g))
-    ops = [(np.zeros((blocks, b, a.shape[0])), np.zeros((blocks, b, a.shape[0]))) for a in w]
+    ops = [tuple(np.zeros((blocks, b, a.shape[0])) for _ in range(gru_kernel.OPERANDS[cell]))
+           for a in w]
     for m in range(blocks):
         history = [h]  # the state carried into the block, then the block's states
         for p in range(min(k, t - m * k)):
             step = m * k + p
             reads = history[: p + 1] if block_start or p == 0 else history[1: p + 1]
             rec = np.concatenate(reads, axis=1)  # eq. 2 / 5
-            r, z = np.split(sig(xw[:, step, : 2 * n_hidden] + rec @ w[p][:, : 2 * n_hidden]), 2, 1)
-            gated = np.tile(r, len(reads)) * rec
-            cand = np.tanh(xw[:, step, 2 * n_hidden:] + gated @ w[p][:, 2 * n_hidden:])
-            h_new = (1 - z) * h + z * cand
+            if cell == "rnn":  # eq. 3 with tanh
+                h_new = np.tanh(xw[:, step] + rec @ w[p])
+                acts[:, step], ops[p][0][m] = h_new, rec
+            else:  # eq. 8
+                rz = sig(xw[:, step, : 2 * n_hidden] + rec @ w[p][:, : 2 * n_hidden])
+                r, z = np.split(rz, 2, 1)
+                gated = np.tile(r, len(reads)) * rec
+                cand = np.tanh(xw[:, step, 2 * n_hidden:] + gated @ w[p][:, 2 * n_hidden:])
+                h_new = (1 - z) * h + z * cand
+                acts[:, step] = np.concatenate([r, z, cand], 1)
+                ops[p][0][m], ops[p][1][m] = rec, gated
             keep = np.ones((b, 1), bool) if mask is None else mask[:, step, None]
             h = np.where(keep, h_new, h)
             ys[:, step] = np.where(keep, h_new, 0.0)
-            acts[:, step] = np.concatenate([r, z, cand], 1)
-            ops[p][0][m], ops[p][1][m] = rec, gated
             history.append(h_new)
     return ys, h, acts, ops
 
@@ -68,27 +79,30 @@ def numpy_dense_gru(w, xw, h0, mask, block_start):
 @pytest.mark.parametrize("k, block_start", LAYERS)
 @pytest.mark.parametrize("b, t, h", SHAPES)
 @pytest.mark.parametrize("masked", [False, True])
-def test_forward_matches_float64_numpy(kernel_on, k, block_start, b, t, h, masked):
+@pytest.mark.parametrize("cell", CELLS)
+def test_forward_matches_float64_numpy(kernel_on, k, block_start, b, t, h, masked, cell):
     lengths = np.random.default_rng(1).integers(0, t + 1, b) if masked else None
-    a = operands(k, block_start, b, t, h, lengths=lengths)
-    h_out, ys, (acts, ops) = jax.jit(gru_kernel.forward, static_argnums=(4, 5))(
-        a["w"], a["xw"], a["h0"], a["mask"], block_start, True)
-    want_ys, want_h, want_acts, want_ops = numpy_dense_gru(**a, block_start=block_start)
+    a = operands(k, block_start, b, t, h, lengths=lengths, cell=cell)
+    forward = jax.jit(gru_kernel.forward, static_argnums=(4, 5, 6))
+    h_out, ys, (acts, ops) = forward(a["w"], a["xw"], a["h0"], a["mask"], block_start, True,
+                                     cell)
+    want_ys, want_h, want_acts, want_ops = numpy_dense_layer(**a, block_start=block_start,
+                                                             cell=cell)
     for got, want in zip([ys, h_out, acts, *jax.tree.leaves(ops)],
                          [want_ys, want_h, want_acts, *jax.tree.leaves(want_ops)], strict=True):
         assert got.shape == want.shape and got.dtype == jnp.float32
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
-    h_only, ys_only, none = jax.jit(gru_kernel.forward, static_argnums=(4, 5))(
-        a["w"], a["xw"], a["h0"], a["mask"], block_start, False)
+    h_only, ys_only, none = forward(a["w"], a["xw"], a["h0"], a["mask"], block_start, False,
+                                    cell)
     assert none is None
     np.testing.assert_array_equal(h_only, h_out)
     np.testing.assert_array_equal(ys_only, ys)
 
 
-def value_and_grads(w, xw, h0, lengths, block_start):
-    """A loss of every output of ``dense_scan`` (GRU), and its gradients."""
+def value_and_grads(w, xw, h0, lengths, block_start, cell="gru"):
+    """A loss of every output of ``dense_scan``, and its gradients."""
     def loss(w, xw, h0):
-        h, ys = dense_scan("gru", list(w), xw, h0, lengths, block_start)
+        h, ys = dense_scan(cell, list(w), xw, h0, lengths, block_start)
         return jnp.sum(1.3 * h) + jnp.sum(jnp.sin(ys))
 
     return jax.value_and_grad(loss, argnums=(0, 1, 2))(w, xw, h0)
@@ -96,15 +110,16 @@ def value_and_grads(w, xw, h0, lengths, block_start):
 
 @pytest.mark.parametrize("k, block_start", LAYERS)
 @pytest.mark.parametrize("b, t, h", SHAPES[1:])
-def test_gradients_match_xla_in_float64(kernel_on, x64, k, block_start, b, t, h):
+@pytest.mark.parametrize("cell", CELLS)
+def test_gradients_match_xla_in_float64(kernel_on, x64, k, block_start, b, t, h, cell):
     lengths = np.random.default_rng(2).integers(0, t + 1, b)
-    a = operands(k, block_start, b, t, h)
+    a = operands(k, block_start, b, t, h, cell=cell)
     args = (a["w"], a["xw"], a["h0"], jnp.asarray(lengths))
-    got = jax.jit(value_and_grads, static_argnums=4)(*args, block_start)
-    assert uses_kernel(lambda *a: value_and_grads(*a, block_start), *args)
-    want = jax.jit(value_and_grads, static_argnums=4)(
-        *jax.tree.map(lambda x: x.astype(jnp.float64) if x.dtype == jnp.float32 else x, args),
-        block_start)
+    run = jax.jit(value_and_grads, static_argnums=(4, 5))
+    got = run(*args, block_start, cell)
+    assert uses_kernel(lambda *a: value_and_grads(*a, block_start, cell), *args)
+    want = run(*jax.tree.map(lambda x: x.astype(jnp.float64) if x.dtype == jnp.float32 else x,
+                             args), block_start, cell)
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
         assert g.dtype == jnp.float32 and w.dtype == jnp.float64
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=2e-5)
@@ -139,7 +154,7 @@ def test_which_scans_take_the_kernel(kernel_on, monkeypatch):
         w = [jnp.ones((n * 4, g * 4)) for n in (1, 2)]
         scan = lambda w, xw, h, cell=cell: dense_scan(  # noqa: E731
             cell, w, xw, (h, h) if cell == "lstm" else h, None, True)[1]
-        assert uses_kernel(scan, w, jnp.ones((2, 5, g * 4)), a["h0"]) == (cell == "gru"), cell
+        assert uses_kernel(scan, w, jnp.ones((2, 5, g * 4)), a["h0"]) == (cell != "lstm"), cell
     scan = lambda w, xw, h: dense_scan("gru", w, xw, h, None, True)[1]  # noqa: E731
     args = (list(a["w"]), a["xw"], a["h0"])
     assert not uses_kernel(scan, *jax.tree.map(lambda x: x.astype(jnp.bfloat16), args))
@@ -148,15 +163,16 @@ def test_which_scans_take_the_kernel(kernel_on, monkeypatch):
 
 
 @pytest.mark.parametrize("reverse", [False, True])
-def test_plain_gru_scans_take_the_kernel(monkeypatch, reverse):
-    """``recurrent.scan_cell`` with the GRU (the stacked and bidirectional baselines) runs
-    the kernel at dense depth 1: values and gradients as XLA's scan's."""
-    a = operands(1, False, 7, 12, 21)
+@pytest.mark.parametrize("cell", CELLS)
+def test_plain_scans_take_the_kernel(monkeypatch, reverse, cell):
+    """``recurrent.scan_cell`` with the GRU or vanilla RNN (the stacked and bidirectional
+    baselines) runs the kernel at dense depth 1: values and gradients as XLA's scan's."""
+    a = operands(1, False, 7, 12, 21, cell=cell)
     lengths = jnp.array([12, 5, 1, 0, 9, 12, 3])
 
     def run():
         def loss(w, xw, h0):
-            h, ys = recurrent.scan_cell(cells.get_cell("gru"), {"w_hh": w}, xw, h0, lengths,
+            h, ys = recurrent.scan_cell(cells.get_cell(cell), {"w_hh": w}, xw, h0, lengths,
                                         reverse)
             return jnp.sum(1.3 * h) + jnp.sum(jnp.sin(ys))
 
@@ -174,10 +190,11 @@ def test_plain_gru_scans_take_the_kernel(monkeypatch, reverse):
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
 
 
-def test_outputs_independent_of_padding(kernel_on):
-    """A dense GRU layer through the kernel: a sequence's outputs and final state are the
-    same whatever padding follows it."""
-    layer = DenseRecurrent("gru", 20, 3, block_start=True)
+@pytest.mark.parametrize("cell", CELLS)
+def test_outputs_independent_of_padding(kernel_on, cell):
+    """A dense layer through the kernel: a sequence's outputs and final state are the same
+    whatever padding follows it."""
+    layer = DenseRecurrent(cell, 20, 3, block_start=True)
     x = jax.random.normal(jax.random.key(0), (4, 17, 6))
     params = layer.init(jax.random.key(1), x)
     lengths = jnp.array([17, 9, 4, 1])

@@ -35,11 +35,14 @@ constexpr int kHalf = kNR / 2;  // hidden units of a stage-A panel (its r and z 
 // wrow[p] + R[p] H) of the stacked w (sum_p R[p] H, 3H); its saved operands x~ and
 // x~ * tile(r) are the buffers 2p and 2p + 1 of ops, (blocks, B, R[p] H) each.
 struct Plan {
-  int64_t H, T, B, k, blocks, PA, PB;  // PA, PB: panels of kHalf and kNR units
+  int64_t H, T, B, k, gru, G, n0, blocks, PA, PB;  // PA, PB: panels of kHalf and kNR units
   std::vector<int64_t> R, lo, wrow, pc;  // pc[p]: kNR-column panels of x~
 
-  Plan(int64_t H, int64_t T, int64_t B, int64_t k, bool block_start)
-      : H(H), T(T), B(B), k(k), blocks((T + k - 1) / k), PA((H + kHalf - 1) / kHalf),
+  // gru: the GRU's gates [r, z, n], G = 3H; else the vanilla RNN's n alone, G = H. n0: n's
+  // first column.
+  Plan(int64_t H, int64_t T, int64_t B, int64_t k, bool block_start, bool gru)
+      : H(H), T(T), B(B), k(k), gru(gru), G((gru ? 3 : 1) * H), n0(gru ? 2 * H : 0),
+        blocks((T + k - 1) / k), PA(gru ? (H + kHalf - 1) / kHalf : 0),
         PB((H + kNR - 1) / kNR) {
     int64_t rows = 0;
     for (int64_t p = 0; p < k; ++p) {
@@ -53,38 +56,42 @@ struct Plan {
   }
   int64_t Row(int64_t b, int64_t t) const { return b * T + t; }
   int64_t Slots() const { return k + 1; }  // of a row's history, H floats each
-  // Where step t's x~ (gated: x~ * tile(r)) of batch row b lies in ops.
+  int64_t Operands() const { return gru ? 2 : 1; }  // saved a position: x~ (, x~ * tile(r))
+  // Where step t's x~ (gated: the GRU's x~ * tile(r)) of batch row b lies in ops.
   template <typename F>
   F* Op(const std::vector<F*>& ops, int64_t t, int64_t b, bool gated) const {
     const int64_t p = t % k;
-    return ops[2 * p + gated] + ((t / k) * B + b) * R[p] * H;
+    return ops[Operands() * p + gated] + ((t / k) * B + b) * R[p] * H;
   }
 };
 
 inline float Sigmoid(float x) { return 0.5f * Tanh(0.5f * x) + 0.5f; }
 
-// The plan of w and a (B, T, 3H) operand seq, or an error.
+// The plan of w and a (B, T, G) operand seq, or an error.
 ffi::Error ReadPlan(const char* name, const Buffer& w, const Buffer& seq, int64_t k,
-                    bool block_start, std::unique_ptr<Plan>& plan) {
+                    bool block_start, bool gru, std::unique_ptr<Plan>& plan) {
   const auto wd = w.dimensions();
   const auto xd = seq.dimensions();
-  if (wd.size() != 2 || xd.size() != 3 || k < 1 || xd[2] % 3 != 0) {
-    return ffi::Error::InvalidArgument(std::string(name) + ": w is (rows, 3H), xw (B, T, 3H)");
+  const int64_t gates = gru ? 3 : 1;
+  if (wd.size() != 2 || xd.size() != 3 || k < 1 || xd[2] % gates != 0) {
+    return ffi::Error::InvalidArgument(std::string(name) + ": w is (rows, G), xw (B, T, G)");
   }
-  plan = std::make_unique<Plan>(xd[2] / 3, xd[1], xd[0], k, block_start);
+  plan = std::make_unique<Plan>(xd[2] / gates, xd[1], xd[0], k, block_start, gru);
   return Check(wd[1] == xd[2] && wd[0] == plan->wrow[k],
-               "dense_rnn_gru: w is the k positions' W2^(n) stacked, (sum_n R_n H, 3H)");
+               "dense_rnn_gru: w is the k positions' W2^(n) stacked, (sum_n R_n H, G)");
 }
 
-// The saved operands' buffers (Plan::Op): 2k of them, position p's (blocks, B, R[p] H).
+// The saved operands' buffers (Plan::Op): Operands() k of them, position p's (blocks, B,
+// R[p] H).
 ffi::Error ReadOps(const ffi::RemainingRets& rets, const Plan& P, std::vector<float*>& ops) {
   for (size_t i = 0; i < rets.size(); ++i) {
     auto buffer = rets.get<Buffer>(i);
     if (buffer.has_error()) return buffer.error();
     ops.push_back((*buffer)->typed_data());
-    if (Count(**buffer) != P.blocks * P.B * P.R[i / 2] * P.H) break;
+    if (Count(**buffer) != P.blocks * P.B * P.R[i / P.Operands()] * P.H) break;
   }
-  return Check(static_cast<int64_t>(ops.size()) == 2 * P.k && ops.size() == rets.size(),
+  return Check(static_cast<int64_t>(ops.size()) == P.Operands() * P.k &&
+                   ops.size() == rets.size(),
                "dense_rnn_gru_forward: the operands' buffers differ from the plan");
 }
 
@@ -94,25 +101,27 @@ ffi::Error ReadOps(const ffi::RemainingArgs& args, const Plan& P,
     auto buffer = args.get<Buffer>(i);
     if (buffer.has_error()) return buffer.error();
     ops.push_back(buffer->typed_data());
-    if (Count(*buffer) != P.blocks * P.B * P.R[i / 2] * P.H) break;
+    if (Count(*buffer) != P.blocks * P.B * P.R[i / P.Operands()] * P.H) break;
   }
-  return Check(static_cast<int64_t>(ops.size()) == 2 * P.k && ops.size() == args.size(),
+  return Check(static_cast<int64_t>(ops.size()) == P.Operands() * P.k &&
+                   ops.size() == args.size(),
                "dense_rnn_gru_backward: the operands' buffers differ from the plan");
 }
 
-// Forward. w (sum_n R_n H, 3H); xw (B, T, 3H) = W1 x_t + b, gates r, z, n; h0 (B, H); mask
-// (B, T) or empty. Results: ys (B, T, H), h (B, H) and, unless empty, the residuals acts
-// (B, T, 3H) = [r, z, n] and ops, the operands x~ and x~ * tile(r) (Plan::Op; none
-// without acts).
+// Forward. w (sum_n R_n H, G); xw (B, T, G) = W1 x_t + b, gates [r, z,] n (gru: the GRU,
+// G = 3H; else the vanilla RNN, h_t = n, G = H); h0 (B, H); mask (B, T) or empty. Results:
+// ys (B, T, H), h (B, H) and, unless empty, the residuals acts (B, T, G) = [r, z,] n and
+// ops, the operands x~ (and x~ * tile(r)) (Plan::Op; none without acts).
 ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xw, Buffer h0, Buffer mask,
-                   int64_t k, bool block_start, Result ys, Result h_out, Result acts,
-                   ffi::RemainingRets ops_out) {
+                   int64_t k, bool block_start, bool gru, Result ys, Result h_out,
+                   Result acts, ffi::RemainingRets ops_out) {
   std::unique_ptr<Plan> plan;
-  if (auto e = ReadPlan("dense_rnn_gru_forward", w, xw, k, block_start, plan); e.failure()) {
+  if (auto e = ReadPlan("dense_rnn_gru_forward", w, xw, k, block_start, gru, plan);
+      e.failure()) {
     return e;
   }
   const Plan& P = *plan;
-  const int64_t H = P.H, T = P.T, B = P.B, G = 3 * H;
+  const int64_t H = P.H, T = P.T, B = P.B, G = P.G, n0 = P.n0;
   const bool masked = Count(mask) > 0, save = Count(*acts) > 0;
   if (auto e = Check(Count(h0) == B * H && (!masked || Count(mask) == B * T) &&
                          Count(*ys) == B * T * H &&
@@ -135,7 +144,7 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xw, Buffer h0, Buffer 
   if (save) {  // the operands of positions past the last step: zero, as XLA's padding
     for (int64_t t = T; t < P.blocks * k; ++t) {
       for (int64_t b = 0; b < B; ++b) {
-        for (bool gated : {false, true}) {
+        for (int gated = 0; gated < P.Operands(); ++gated) {
           std::fill_n(P.Op(ops, t, b, gated), P.R[t % k] * H, 0.f);
         }
       }
@@ -143,14 +152,16 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xw, Buffer h0, Buffer 
   }
   const int64_t slots = P.Slots() * H;  // a row's history
   std::vector<float> history(B * slots);
-  std::vector<float> own_acts(save ? 0 : B * G);  // r, z, n of the step, without acts
+  std::vector<float> own_acts(save ? 0 : B * G);  // [r, z,] n of the step, without acts
   const int64_t widest = P.R[k - 1] * H;  // x~ of the last block position
-  std::vector<float> own_gated(save ? 0 : B * widest);  // x~ * tile(r), without ops
+  // the left operand of n's product: x~ * tile(r) (GRU) or a copy of x~ (vanilla RNN, as
+  // the product's loop writes the history), in ops or, without, a buffer of the row's
+  std::vector<float> own_gated(save ? 0 : B * widest);
   auto act = [&](int64_t b, int64_t t) {
     return save ? acts->typed_data() + P.Row(b, t) * G : own_acts.data() + b * G;
   };
   auto gated = [&](int64_t b, int64_t t) {
-    return save ? P.Op(ops, t, b, true) : own_gated.data() + b * widest;
+    return save ? P.Op(ops, t, b, gru) : own_gated.data() + b * widest;
   };
 
   // Position p's panels, in the calling thread's buffer: stage A's panel j, row i holds
@@ -178,7 +189,7 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xw, Buffer h0, Buffer 
       for (int64_t i = 0; i < P.R[p] * H; ++i) {
         for (int q = 0; q < kNR; ++q) {
           const int64_t u = j * kNR + q;
-          packed[at_b[p] + (j * P.R[p] * H + i) * kNR + q] = u < H ? wp[i * G + 2 * H + u] : 0.f;
+          packed[at_b[p] + (j * P.R[p] * H + i) * kNR + q] = u < H ? wp[i * G + n0 + u] : 0.f;
         }
       }
     }
@@ -221,6 +232,9 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xw, Buffer h0, Buffer 
           }
         }
       }
+      for (int i = 0; i < rows && !gru; ++i) {  // the vanilla RNN's x~ (its saved operand)
+        std::copy_n(rec0 + i * slots, width, gated(r0 + i, t));
+      }
       const bool next_starts = (t + 1) % k == 0;
       for (int64_t j = 0; j < P.PB; ++j) {  // n and h_t of units [u0, u0 + units)
         const int64_t u0 = j * kNR;
@@ -233,14 +247,18 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xw, Buffer h0, Buffer 
           float* hb = h + b * H + u0;
           float* slot = history.data() + b * slots + u0;
           alignas(64) float n[kNR] = {}, z[kNR] = {}, h_new[kNR] = {};
-          Copy<kNR>(px + P.Row(b, t) * G + 2 * H + u0, units, n);
-          Copy<kNR>(a + H, units, z);
+          Copy<kNR>(px + P.Row(b, t) * G + n0 + u0, units, n);
+          if (gru) {
+            Copy<kNR>(a + H, units, z);
+          } else {
+            std::fill_n(z, kNR, 1.f);  // h_t = n
+          }
           Copy<kNR>(hb, units, h_new);
           for (int q = 0; q < kNR; ++q) {
             n[q] = Tanh(tile[i * kNR + q] + n[q]);
             h_new[q] = (1.f - z[q]) * h_new[q] + z[q] * n[q];
           }
-          Copy<kNR>(n, units, a + 2 * H);
+          Copy<kNR>(n, units, a + n0);
           const bool keep = pm == nullptr || pm[P.Row(b, t)] != 0.f;
           if (keep) Copy<kNR>(h_new, units, hb);
           float* y = py + P.Row(b, t) * H + u0;
@@ -258,18 +276,19 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xw, Buffer h0, Buffer 
   return ffi::Error::Success();
 }
 
-// Backward. w, mask (a prefix one, from lengths), k, block_start as Forward's; dys (B, T,
-// H); dh (B, H), the final carry's cotangent; the residuals acts and ops. Results: dxw (B,
-// T, 3H), the gradients of the gates' pre-activations [r, z, n]; dh0 (B, H).
+// Backward. w, mask (a prefix one, from lengths), k, block_start, gru as Forward's; dys
+// (B, T, H); dh (B, H), the final carry's cotangent; the residuals acts and ops. Results:
+// dxw (B, T, G), the gradients of the gates' pre-activations [r, z,] n; dh0 (B, H).
 ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dh_last, Buffer mask,
                     Buffer acts, ffi::RemainingArgs ops_in, int64_t k, bool block_start,
-                    Result dxw, Result dh_out) {
+                    bool gru, Result dxw, Result dh_out) {
   std::unique_ptr<Plan> plan;
-  if (auto e = ReadPlan("dense_rnn_gru_backward", w, acts, k, block_start, plan); e.failure()) {
+  if (auto e = ReadPlan("dense_rnn_gru_backward", w, acts, k, block_start, gru, plan);
+      e.failure()) {
     return e;
   }
   const Plan& P = *plan;
-  const int64_t H = P.H, T = P.T, B = P.B, G = 3 * H;
+  const int64_t H = P.H, T = P.T, B = P.B, G = P.G, n0 = P.n0;
   const bool masked = Count(mask) > 0;
   if (auto e = Check(Count(dys) == B * T * H && Count(dh_last) == B * H &&
                          (!masked || Count(mask) == B * T) && Count(acts) == B * T * G &&
@@ -291,7 +310,7 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dh_last, 
   const int64_t slots = P.Slots() * H;
   std::vector<float> dhistory(B * slots);  // the history slots' gradients, this block
   const int64_t widest = P.R[k - 1] * H;  // x~ of the last block position
-  std::vector<float> dgated(B * widest);  // d(x~ * tile(r)) * tile(r), a row's step
+  std::vector<float> dgated(gru ? B * widest : 0);  // d(x~ * tile(r)) * tile(r), a row's
 
   // Position p's panels: B' panel (s, j), row i holds W_p[s H + u][2H + i] for units
   // u = j * kNR + q (W_n^T's rows of x~'s state s); C' panel j, row i, W_p[c][i] for
@@ -300,7 +319,7 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dh_last, 
   int64_t size = 0;
   for (int64_t p = 0; p < k; ++p) {
     at_b[p] = size, size += P.R[p] * P.PB * H * kNR;
-    at_c[p] = size, size += P.pc[p] * 2 * H * kNR;
+    at_c[p] = size, size += gru ? P.pc[p] * 2 * H * kNR : 0;
   }
   float* packed = Scratch(size);
   for (int64_t p = 0; p < k; ++p) {
@@ -311,12 +330,12 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dh_last, 
         for (int64_t i = 0; i < H; ++i) {
           for (int q = 0; q < kNR; ++q) {
             const int64_t u = j * kNR + q;
-            panel[i * kNR + q] = u < H ? wp[(s * H + u) * G + 2 * H + i] : 0.f;
+            panel[i * kNR + q] = u < H ? wp[(s * H + u) * G + n0 + i] : 0.f;
           }
         }
       }
     }
-    for (int64_t j = 0; j < P.pc[p]; ++j) {
+    for (int64_t j = 0; j < P.pc[p] && gru; ++j) {
       float* panel = packed + at_c[p] + j * 2 * H * kNR;
       for (int64_t i = 0; i < 2 * H; ++i) {
         for (int q = 0; q < kNR; ++q) {
@@ -358,8 +377,13 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dh_last, 
         const float* dy = pdy + row * H;
         const float* dnext = p + 1 < k ? dslot + (p + 1) * H : nullptr;
         for (int64_t u = 0; u < H; ++u) {
-          const float z = a[H + u], n = a[2 * H + u];
-          const float g = dhb[u] + dy[u] + (dnext ? dnext[u] : 0.f);
+          const float g = dhb[u] + dy[u] + (dnext ? dnext[u] : 0.f), n = a[n0 + u];
+          if (!gru) {  // h_t = n: no gate, no carry past x~
+            dx[u] = g * (1.f - n * n);
+            dhb[u] = 0.f;
+            continue;
+          }
+          const float z = a[H + u];
           dx[2 * H + u] = g * z * (1.f - n * n);
           dx[H + u] = g * (n - h_prev[u]) * z * (1.f - z);
           dhb[u] = g * (1.f - z);
@@ -373,9 +397,13 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dh_last, 
         const int units = static_cast<int>(std::min<int64_t>(kNR, H - u0));
         std::fill_n(dr, kMR * kNR, 0.f);
         for (int64_t s = 0; s < P.R[p]; ++s) {
-          kTiles[rows - 1](dx0 + 2 * H, T * G, packed + at_b[p] + (s * P.PB + j) * H * kNR, H,
+          kTiles[rows - 1](dx0 + n0, T * G, packed + at_b[p] + (s * P.PB + j) * H * kNR, H,
                            tile);
-          for (int i = 0; i < rows; ++i) {
+          for (int i = 0; i < rows && !gru; ++i) {  // the vanilla RNN's dx~: into its slots
+            float* dslot = dhistory.data() + (r0 + i) * slots + (P.lo[p] + s) * H + u0;
+            for (int q = 0; q < units; ++q) dslot[q] += tile[i * kNR + q];
+          }
+          for (int i = 0; i < rows && gru; ++i) {
             const int64_t b = r0 + i;
             const float* rec = P.Op(ops, t, b, false) + s * H + u0;
             const float* r = pa + P.Row(b, t) * G + u0;
@@ -387,13 +415,13 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dh_last, 
             }
           }
         }
-        for (int i = 0; i < rows; ++i) {  // then r's pre-activation's
+        for (int i = 0; i < rows && gru; ++i) {  // then r's pre-activation's
           const float* r = pa + P.Row(r0 + i, t) * G + u0;
           float* dx = pdx + P.Row(r0 + i, t) * G + u0;
           for (int q = 0; q < units; ++q) dx[q] = dr[i * kNR + q] * r[q] * (1.f - r[q]);
         }
       }
-      for (int64_t j = 0; j < P.pc[p]; ++j) {  // C': dx~ of columns [c0, c0 + cols)
+      for (int64_t j = 0; j < P.pc[p] && gru; ++j) {  // C': dx~ of columns [c0, c0 + cols)
         const int64_t c0 = j * kNR;
         const int cols = static_cast<int>(std::min<int64_t>(kNR, width - c0));
         kTiles[rows - 1](dx0, T * G, packed + at_c[p] + j * 2 * H * kNR, 2 * H, tile);
@@ -420,6 +448,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(DenseRnnGruForward, Forward,
                                   .Arg<Buffer>()  // mask
                                   .Attr<int64_t>("k")
                                   .Attr<bool>("block_start")
+                                  .Attr<bool>("gru")
                                   .Ret<Buffer>()  // ys
                                   .Ret<Buffer>()  // h
                                   .Ret<Buffer>()  // acts
@@ -436,5 +465,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(DenseRnnGruBackward, Backward,
                                   .RemainingArgs()  // ops
                                   .Attr<int64_t>("k")
                                   .Attr<bool>("block_start")
+                                  .Attr<bool>("gru")
                                   .Ret<Buffer>()  // dxw
                                   .Ret<Buffer>());  // dh0
