@@ -20,8 +20,8 @@ The whole layer is ONE ``lax.scan`` over blocks: its body unrolls the ``k`` step
 block, so position ``n`` concatenates the block's states so far and multiplies them by
 ``W2^{(n)}`` at its own width (no buffer, masking or zero-padded weight inside the loop);
 time is padded to whole blocks and the padding masked. ``W1 x_t + b`` is hoisted out of
-the scan. A float32 GRU layer on an AVX-512 CPU runs instead as one C++ call forward and one
-backward (``gru_kernel``), with the same residuals for the weights' gradients.
+the scan. A float32 GRU or vanilla RNN layer on an AVX-512 CPU runs instead as one C++ call
+forward and one backward (``gru_kernel``), with the same residuals for the weights' gradients.
 
 Cells (``DENSE_STEPS``), with ``r = W2^{(n)} x~_t`` split per gate:
 

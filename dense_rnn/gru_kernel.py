@@ -1,16 +1,17 @@
-"""The float32 dense GRU layer as one C++ call a sequence, on AVX-512 CPUs.
+"""The float32 dense GRU and vanilla RNN layers as one C++ call a sequence, on AVX-512 CPUs.
 
 ``dense_block.dense_scan`` with ``cell="gru"`` (DenseGRU, eq. 7-8; the layers of
-``HMDenseStack``) and, at dense depth ``k = 1``, the plain GRU scans of
-``recurrent.scan_cell``: the forward scan, with the residuals its backward needs, and that
-backward scan, each one XLA FFI call (``csrc/gru_scan.cc``, built by ``dense_rnn.native``)
-in place of the ~20 XLA kernels of each step. The step's two products (``x~ W_rz``, then
-``(x~ * r) W_n``) and the backward's two run the LSTM kernel's register tile over weights
-packed once a call, the gates beside them; the batch rows are cut into groups of one tile,
-each an independent sequence whose steps XLA's intra-op threads claim one at a time, with
-no barrier between the threads. ``scan`` is the differentiable layer: the weights'
-gradients are one XLA product per block position over the saved operands.
-``tests/test_gru_kernel.py`` checks it against float64 NumPy and XLA's scan.
+``HMDenseStack``) or ``cell="rnn"`` (DenseRNN, eq. 3: the GRU's candidate alone) and, at
+dense depth ``k = 1``, the plain GRU and RNN scans of ``recurrent.scan_cell``: the forward
+scan, with the residuals its backward needs, and that backward scan, each one XLA FFI call
+(``csrc/gru_scan.cc``, built by ``dense_rnn.native``) in place of the ~20 XLA kernels of
+each step. The GRU step's two products (``x~ W_rz``, then ``(x~ * r) W_n``) and the
+backward's two run the LSTM kernel's register tile over weights packed once a call, the
+gates beside them; the batch rows are cut into groups of one tile, each an independent
+sequence whose steps XLA's intra-op threads claim one at a time, with no barrier between the
+threads. ``scan`` is the differentiable layer: the weights' gradients are one XLA product
+per block position over the saved operands. ``tests/test_gru_kernel.py`` checks it against
+float64 NumPy and XLA's scan.
 
 ``DENSE_RNN_GRU_KERNEL``: ``auto`` (default: x86-64 Linux CPUs with AVX-512), ``on`` (any
 x86-64 Linux CPU), ``off`` (XLA's scan).

@@ -157,4 +157,4 @@ def note(compute_dtype: str) -> str:
         return ""
     return (", large products through OpenBLAS" if blas.available() else "") + (
         ", LSTM scans in C++" if lstm_kernel.available() else "") + (
-        ", GRU scans in C++" if gru_kernel.available() else "")
+        ", GRU and RNN scans in C++" if gru_kernel.available() else "")

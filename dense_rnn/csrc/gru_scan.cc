@@ -1,7 +1,8 @@
 // The float32 dense GRU layer of dense_block.dense_scan (Zhao et al. 2019, eq. 2-3 and 7-8)
 // as XLA FFI handlers (dense_rnn/gru_kernel.py): its forward scan, with the residuals its
 // backward needs, and that backward scan, each one call for the whole sequence. k = 1 is
-// the plain GRU of cells.gru_step.
+// the plain GRU of cells.gru_step. Without `gru` the cell is the vanilla RNN (eq. 3, h_t =
+// tanh(xw + x~ W2^(n))): the GRU's n alone, with no r or z, h_t = n.
 //
 // A step at block position n reads x~_t, the R_n most recent states (h_{t-1} alone at
 // n = 1 without block_start; else the block's states so far, with block_start the state
