@@ -27,7 +27,10 @@ import jax.numpy as jnp
 from dense_rnn import native
 
 Array = jax.Array
+Residuals = tuple[Array, tuple[tuple[Array, ...], ...]]  # gates, operands by position
 VARIABLE = "DENSE_RNN_GRU_KERNEL"
+GATES = {"gru": 3, "rnn": 1}  # the cells the kernel runs, and their gates
+OPERANDS = {"gru": 2, "rnn": 1}  # saved a block position: x~ (and x~ * tile(r))
 
 
 def mode() -> str:
@@ -37,19 +40,19 @@ def mode() -> str:
 
 
 def _loaded() -> bool:
-    return native.loaded(VARIABLE, "GRU scans")
+    return native.loaded(VARIABLE, "GRU and RNN scans")
 
 
 def available() -> bool:
-    """Whether float32 dense GRU scans on the CPU run the C++ kernel: as
+    """Whether float32 GRU and RNN scans on the CPU run the C++ kernel: as
     ``DENSE_RNN_GRU_KERNEL`` says, on x86-64 Linux with JAX's default backend the CPU,
     where the kernels build and load."""
     return native.enabled(VARIABLE, native.avx512(), _loaded)
 
 
 def applies(w_hh: list[Array] | tuple[Array, ...], xw: Array, h0: Array) -> bool:
-    """Whether a dense GRU scan of these operands runs the kernel: the weights ``W2^{(n)}``,
-    ``xw (B, T, 3H)`` and ``h0 (B, H)`` all float32, and ``available()``."""
+    """Whether a dense GRU or RNN scan of these operands runs the kernel: the weights
+    ``W2^{(n)}``, ``xw (B, T, gH)`` and ``h0 (B, H)`` all float32, and ``available()``."""
     return (xw.ndim == 3 and h0.ndim == 2
             and all(a.dtype == jnp.float32 for a in (*w_hh, xw, h0)) and available())
 
@@ -62,10 +65,6 @@ def _call(name: str, shapes: list[tuple[int, ...]], *args: Array, **attrs) -> li
 def _mask(mask: Array | None) -> Array:
     return jnp.zeros((0,), jnp.float32) if mask is None else mask.astype(jnp.float32)
 
-
-Residuals = tuple[Array, tuple[tuple[Array, ...], ...]]  # gates, operands by position
-GATES = {"gru": 3, "rnn": 1}  # the cells the kernel runs, and their gates
-OPERANDS = {"gru": 2, "rnn": 1}  # saved a block position: x~ (and x~ * tile(r))
 
 
 def forward(w_hh: tuple[Array, ...], xw: Array, h0: Array, mask: Array | None,

@@ -1,8 +1,8 @@
-// The float32 dense GRU layer of dense_block.dense_scan (Zhao et al. 2019, eq. 2-3 and 7-8)
-// as XLA FFI handlers (dense_rnn/gru_kernel.py): its forward scan, with the residuals its
-// backward needs, and that backward scan, each one call for the whole sequence. k = 1 is
-// the plain GRU of cells.gru_step. Without `gru` the cell is the vanilla RNN (eq. 3, h_t =
-// tanh(xw + x~ W2^(n))): the GRU's n alone, with no r or z, h_t = n.
+// The float32 dense GRU (and vanilla RNN) layer of dense_block.dense_scan (Zhao et al. 2019,
+// eq. 2-3, 7-8) as XLA FFI handlers (dense_rnn/gru_kernel.py): its forward scan, with the
+// residuals its backward needs, and that backward scan, each one call for the whole
+// sequence. k = 1 is the plain GRU of cells.gru_step. Without `gru` the cell is the vanilla
+// RNN (eq. 3, h_t = tanh(xw + x~ W2^(n))): the GRU's n alone, with no r or z, h_t = n.
 //
 // A step at block position n reads x~_t, the R_n most recent states (h_{t-1} alone at
 // n = 1 without block_start; else the block's states so far, with block_start the state
@@ -11,9 +11,9 @@
 // over every panel of units, as the second reads every unit's reset gate:
 //   [r, z] = sigmoid(xw_rz + x~ W_rz^(n)), and x~ * tile(r);
 //   n = tanh(xw_n + (x~ * tile(r)) W_n^(n)), h_t = (1 - z) h_{t-1} + z n.
-// A backward step is the gradient of h_t, and from it those of n's and z's
-// pre-activations; then d(x~ * tile(r)) = d_n W_n^T, and from it r's pre-activation's and
-// part of dx~; then dx~ += d_rz W_rz^T, added into the gradients of the history slots x~
+// A backward step is (A') the gradient of h_t, and from it those of n's and z's
+// pre-activations; (B') d(x~ * tile(r)) = d_n W_n^T, and from it r's pre-activation's and
+// part of dx~; (C') dx~ += d_rz W_rz^T, added into the gradients of the history slots x~
 // read. The batch rows are cut into groups of one register tile (RowGroups), each an
 // independent sequence whose steps the threads claim one at a time (Steps): no barrier
 // between the threads, whose results do not depend on who ran what. The tiled product
@@ -141,8 +141,7 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xw, Buffer h0, Buffer 
   std::vector<float*> ops;
   if (save) {
     if (auto e = ReadOps(ops_out, P, ops); e.failure()) return e;
-  }
-  if (save) {  // the operands of positions past the last step: zero, as XLA's padding
+    // the operands of positions past the last step: zero, as XLA's padding
     for (int64_t t = T; t < P.blocks * k; ++t) {
       for (int64_t b = 0; b < B; ++b) {
         for (int gated = 0; gated < P.Operands(); ++gated) {
@@ -165,9 +164,9 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xw, Buffer h0, Buffer 
     return save ? P.Op(ops, t, b, gru) : own_gated.data() + b * widest;
   };
 
-  // Position p's panels, in the calling thread's buffer: stage A's panel j, row i holds
-  // [r, z] of units j * kHalf + q, W_p[i][g * H + u] (g = 0, 1); stage B's, n's of units
-  // j * kNR + q, W_p[i][2H + u].
+  // Position p's panels, in the calling thread's buffer: the GRU's r-z panel j, row i holds
+  // [r, z] of units j * kHalf + q, W_p[i][g * H + u] (g = 0, 1); the n panel j, n's of
+  // units j * kNR + q, W_p[i][n0 + u].
   std::vector<int64_t> at_a(k), at_b(k);
   int64_t size = 0;
   for (int64_t p = 0; p < k; ++p) {
@@ -313,7 +312,7 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dh_last, 
   const int64_t widest = P.R[k - 1] * H;  // x~ of the last block position
   std::vector<float> dgated(gru ? B * widest : 0);  // d(x~ * tile(r)) * tile(r), a row's
 
-  // Position p's panels: B' panel (s, j), row i holds W_p[s H + u][2H + i] for units
+  // Position p's panels: B' panel (s, j), row i holds W_p[s H + u][n0 + i] for units
   // u = j * kNR + q (W_n^T's rows of x~'s state s); C' panel j, row i, W_p[c][i] for
   // columns c = j * kNR + q of x~ (W_rz^T).
   std::vector<int64_t> at_b(k), at_c(k);
