@@ -33,12 +33,6 @@ GATES = {"gru": 3, "rnn": 1}  # the cells the kernel runs, and their gates
 OPERANDS = {"gru": 2, "rnn": 1}  # saved a block position: x~ (and x~ * tile(r))
 
 
-def mode() -> str:
-    """``DENSE_RNN_GRU_KERNEL``, one of ``native.MODES``; an unknown value raises
-    ``UserError``."""
-    return native.mode(VARIABLE)
-
-
 def _loaded() -> bool:
     return native.loaded(VARIABLE, "GRU and RNN scans")
 
@@ -57,15 +51,6 @@ def applies(w_hh: list[Array] | tuple[Array, ...], xw: Array, h0: Array) -> bool
             and all(a.dtype == jnp.float32 for a in (*w_hh, xw, h0)) and available())
 
 
-def _call(name: str, shapes: list[tuple[int, ...]], *args: Array, **attrs) -> list[Array]:
-    outs = [jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes]
-    return jax.ffi.ffi_call(native.target(name), outs, vmap_method="sequential")(*args, **attrs)
-
-
-def _mask(mask: Array | None) -> Array:
-    return jnp.zeros((0,), jnp.float32) if mask is None else mask.astype(jnp.float32)
-
-
 
 def forward(w_hh: tuple[Array, ...], xw: Array, h0: Array, mask: Array | None,
             block_start: bool, save: bool, cell: str = "gru"
@@ -76,15 +61,13 @@ def forward(w_hh: tuple[Array, ...], xw: Array, h0: Array, mask: Array | None,
     ``save`` the gates (``[r, z, n]``, or ``n``) and, per block position ``n``, the
     operands of its products (``x~`` and ``x~ * tile(r)``, or ``x~``), each ``(blocks, B,
     W2^{(n)}'s rows)`` as ``dense_block._scan``'s; else None."""
-    if isinstance(lib := native.library(), str):
-        raise RuntimeError(f"the C++ GRU kernel is unavailable: {lib}")
     batch, time, g = xw.shape
     blocks, per = -(-time // len(w_hh)), OPERANDS[cell]
     ops = [(blocks, batch, w.shape[0]) for w in w_hh for _ in range(per)] if save else []
     shapes = [(batch, time, g // GATES[cell]), h0.shape, xw.shape if save else (0,), *ops]
-    ys, h, acts, *ops = _call("gru_forward", shapes, jnp.concatenate(w_hh, axis=0), xw, h0,
-                              _mask(mask), k=len(w_hh), block_start=block_start,
-                              gru=cell == "gru")
+    ys, h, acts, *ops = native.call("gru_forward", shapes, jnp.concatenate(w_hh, axis=0), xw,
+                                    h0, native.optional(mask), k=len(w_hh),
+                                    block_start=block_start, gru=cell == "gru")
     grouped = tuple(tuple(ops[i: i + per]) for i in range(0, len(ops), per))
     return h, ys, (acts, grouped) if save else None
 
@@ -94,9 +77,10 @@ def backward(w_hh: tuple[Array, ...], dys: Array, dh: Array, mask: Array | None,
     """The backward scan of ``forward``: the gates' pre-activation gradients ``dxw (B, T,
     gH)`` and the initial carry's ``dh0``, from the final carry's ``dh`` and ``dys``."""
     acts, ops = res
-    dxw, dh0 = _call("gru_backward", [acts.shape, dh.shape], jnp.concatenate(w_hh, axis=0),
-                     dys, dh, _mask(mask), acts, *jax.tree.leaves(ops), k=len(w_hh),
-                     block_start=block_start, gru=cell == "gru")
+    dxw, dh0 = native.call("gru_backward", [acts.shape, dh.shape],
+                           jnp.concatenate(w_hh, axis=0), dys, dh, native.optional(mask), acts,
+                           *jax.tree.leaves(ops), k=len(w_hh), block_start=block_start,
+                           gru=cell == "gru")
     return dxw, dh0
 
 

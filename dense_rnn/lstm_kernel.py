@@ -55,20 +55,6 @@ def applies(w_hh: Array, *arrays: Array | None) -> bool:
             and available())
 
 
-def _require() -> None:
-    if isinstance(lib := native.library(), str):
-        raise RuntimeError(f"the C++ LSTM kernel is unavailable: {lib}")
-
-
-def _flat(x: Array | None) -> Array:
-    return jnp.zeros((0,), jnp.float32) if x is None else x.astype(jnp.float32)
-
-
-def _call(name: str, shapes: list[tuple[int, ...]], *args: Array) -> list[Array]:
-    outs = [jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes]
-    return jax.ffi.ffi_call(native.target(name), outs, vmap_method="sequential")(*args)
-
-
 def forward(w_hh: Array, xs: Array, carry: tuple[Array, Array], mask: Array | None,
             rmask: Array | None, save: bool
             ) -> tuple[tuple[Array, Array], Array, Residuals | None]:
@@ -76,7 +62,6 @@ def forward(w_hh: Array, xs: Array, carry: tuple[Array, Array], mask: Array | No
     the residuals time-major and ``None`` unless ``save``. With a direction axis (``w_hh``
     (D, H, 4H), ``xs`` (T, D, B, 4H), the carry (D, B, H)) the D directions run in one call,
     their steps side by side."""
-    _require()
     c0, h0 = carry
     r = None if rmask is None else jnp.broadcast_to(rmask, h0.shape)
     t, *lead, g = xs.shape  # lead: ([D,] B)
@@ -84,7 +69,8 @@ def forward(w_hh: Array, xs: Array, carry: tuple[Array, Array], mask: Array | No
     step = (t, *lead, n)
     shapes = [step, h0.shape, h0.shape,
               *([(t, *lead, g), step, step, step] if save else [(0,)] * 4)]
-    ys, c, h, *res = _call("lstm_forward", shapes, w_hh, xs, c0, h0, _flat(mask), _flat(r))
+    ys, c, h, *res = native.call("lstm_forward", shapes, w_hh, xs, c0, h0, native.optional(mask),
+                                 native.optional(r))
     return (c, h), ys, tuple(res) if save else None
 
 
@@ -94,11 +80,10 @@ def backward(w_hh: Array, dys: Array, dcarry: tuple[Array, Array], mask: Array |
     """The backward scan of ``recurrent._lstm_scan_bwd`` as the kernel: the gates'
     gradients ``dzs`` (time-major), the initial carry's cotangents and, with ``rmask``,
     ``sum_t h_{t-1} dh_in_t`` at the carry's shape (``None`` without)."""
-    _require()
     dc, dh = dcarry
     r = None if rmask is None else jnp.broadcast_to(rmask, dh.shape)
     *steps, n = dys.shape  # steps: (T, [D,] B)
     shapes = [(*steps, 4 * n), dh.shape, dh.shape, dh.shape if r is not None else (0,)]
-    dzs, dc0, dh0, drmask = _call("lstm_backward", shapes, w_hh, dys, dc, dh, _flat(mask),
-                                  _flat(r), *res)
+    dzs, dc0, dh0, drmask = native.call("lstm_backward", shapes, w_hh, dys, dc, dh,
+                                        native.optional(mask), native.optional(r), *res)
     return dzs, (dc0, dh0), drmask if r is not None else None

@@ -24,6 +24,7 @@ import tempfile
 from collections.abc import Callable
 
 import jax
+import jax.numpy as jnp
 
 from dense_rnn.errors import UserError
 
@@ -146,6 +147,20 @@ def library() -> ctypes.CDLL | str:
             return ((e.stderr or "").strip().splitlines() or [f"{e.cmd[0]} failed"])[-1]
         return str(e)
     return lib
+
+
+def call(name: str, shapes: list[tuple[int, ...]], *args: jax.Array, **attrs) -> list[jax.Array]:
+    """Handler ``name``'s float32 results of ``shapes`` for ``args`` and the attributes
+    ``attrs``; raises ``RuntimeError`` where the kernels are unavailable."""
+    if isinstance(lib := library(), str):
+        raise RuntimeError(f"the C++ kernels are unavailable: {lib}")
+    outs = [jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes]
+    return jax.ffi.ffi_call(target(name), outs, vmap_method="sequential")(*args, **attrs)
+
+
+def optional(x: jax.Array | None) -> jax.Array:
+    """An operand a handler may go without, in float32: ``x``, or an empty array for None."""
+    return jnp.zeros((0,), jnp.float32) if x is None else x.astype(jnp.float32)
 
 
 def note(compute_dtype: str) -> str:

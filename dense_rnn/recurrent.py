@@ -192,13 +192,11 @@ def _fast_lstm(cell: cells.Cell) -> bool:
     return cell.name == "lstm" and cell.step is cells.lstm_step
 
 
-def _kernel_cell(cell: cells.Cell, params: cells.Params, xw: Array, carry: cells.Carry,
-                 recurrent_mask: Array | None) -> bool:
+def _kernel_cell(cell: cells.Cell, params: cells.Params, xw: Array, carry: cells.Carry) -> bool:
     """Whether ``cell`` is the plain GRU or vanilla RNN in float32 on an AVX-512 CPU, which
     runs as the C++ dense GRU kernel at dense depth 1 (``gru_kernel``)."""
     steps = {"gru": cells.gru_step, "rnn": cells.rnn_step}
-    return (steps.get(cell.name) is cell.step and recurrent_mask is None
-            and gru_kernel.applies((params["w_hh"],), xw, carry))
+    return steps.get(cell.name) is cell.step and gru_kernel.applies((params["w_hh"],), xw, carry)
 
 
 def scan_cell(
@@ -238,17 +236,16 @@ def scan_cell(
         recurrent_mask = jnp.asarray(recurrent_mask).astype(carry[1].dtype)
     if reverse:
         xw = reverse_padded(xw, lengths)
-    if _kernel_cell(cell, params, xw, carry, recurrent_mask):  # batch-major, as xw
-        mask = None if lengths is None else length_mask(lengths, xw.shape[1])
+    mask = None if lengths is None else length_mask(lengths, xw.shape[1])  # (batch, time)
+    if _kernel_cell(cell, params, xw, carry):  # batch-major, as xw
         carry, ys = gru_kernel.scan((params["w_hh"],), xw, carry, mask, False, cell.name)
-        return carry, reverse_padded(ys, lengths) if reverse else ys
-    xs = jnp.swapaxes(xw, 0, 1)
-    mask = None if lengths is None else jnp.swapaxes(length_mask(lengths, xw.shape[1]), 0, 1)
-    if _fast_lstm(cell):
-        carry, ys = lstm_scan(params["w_hh"], xs, carry, mask, recurrent_mask, unroll)
-    else:
-        carry, ys = _generic_scan(cell, params, xs, carry, mask, unroll)
-    ys = jnp.swapaxes(ys, 0, 1)
+    else:  # time-major scans
+        xs, mask = jnp.swapaxes(xw, 0, 1), None if mask is None else mask.T
+        if _fast_lstm(cell):
+            carry, ys = lstm_scan(params["w_hh"], xs, carry, mask, recurrent_mask, unroll)
+        else:
+            carry, ys = _generic_scan(cell, params, xs, carry, mask, unroll)
+        ys = jnp.swapaxes(ys, 0, 1)
     if reverse:
         ys = reverse_padded(ys, lengths)
     return carry, ys
