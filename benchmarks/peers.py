@@ -316,49 +316,59 @@ def torch_dc_bilstm(vocab_size: int, num_classes: int, embed_size: int,
     return TorchDCBiLSTM()
 
 
-def naive_dense_gru(p: dict, w_hh: list[Array], x: Array, update: Array, pos: Array,
-                    block_start: bool) -> Array:
-    """A DenseGRU layer (Zhao et al. eq. 2, 7-8) run at the input rate: at steps where
-    ``update[b, t]`` is false it copies its state (eq. 6); ``pos[t]`` is the block position
-    of an update at ``t``; with ``block_start`` the state before the block's first update
-    is read by every update of the block (eq. 5). Returns ``h`` at every step."""
+def naive_dense_cell(cell: str, p: dict, w_hh: list[Array], x: Array, update: Array,
+                     pos: Array, block_start: bool) -> Array:
+    """A DenseRNN, DenseGRU or DenseLSTM layer (Zhao et al. eq. 2-3, 7-8) run at the input
+    rate: at steps where ``update[b, t]`` is false it copies its state (eq. 6); ``pos[t]`` is
+    the block position of an update at ``t``; with ``block_start`` the state before the
+    block's first update is read by every update of the block (eq. 5). Returns ``h`` at
+    every step."""
     batch = x.shape[0]
-    n = w_hh[0].shape[1] // 3
+    n = w_hh[0].shape[1] // {"rnn": 1, "gru": 3, "lstm": 4}[cell]
     first = int(block_start)  # slots: [carried state,] the block's updates
 
-    def gru(w, h, x_t, rec):
+    def step(w, state, x_t, rec):  # state: (h,) or the LSTM's (h, c)
         xw = x_t @ p["w_ih"] + p["b"]
+        if cell == "rnn":
+            return (jnp.tanh(xw + rec @ w),)
+        if cell == "lstm":
+            i, f, g, o = jnp.split(xw + rec @ w, 4, -1)
+            c = jax.nn.sigmoid(f) * state[1] + jax.nn.sigmoid(i) * jnp.tanh(g)
+            return jax.nn.sigmoid(o) * jnp.tanh(c), c
         r, z = jnp.split(jax.nn.sigmoid(xw[:, : 2 * n] + rec @ w[:, : 2 * n]), 2, -1)
         reset = jnp.tile(r, rec.shape[-1] // n)
         cand = jnp.tanh(xw[:, 2 * n :] + (reset * rec) @ w[:, 2 * n :])
-        return (1.0 - z) * h + z * cand
+        return ((1.0 - z) * state[0] + z * cand,)
 
     branches = [
-        lambda h, block, x_t, j=j: gru(
-            w_hh[j], h, x_t, h if j + first == 0 else block[:, : j + first].reshape(
+        lambda state, block, x_t, j=j: step(
+            w_hh[j], state, x_t, state[0] if j + first == 0 else block[:, : j + first].reshape(
                 batch, (j + first) * n))
         for j in range(len(w_hh))
     ]
     slots = jnp.arange(len(w_hh) + first)
 
-    def body(state, inputs):
-        h, block = state
+    def body(carry, inputs):
+        state, block = carry
         x_t, u_t, pos_t = inputs
         if block_start:
             block = jnp.where((u_t & (pos_t == 0))[:, None, None] & (slots == 0)[None, :, None],
-                              h[:, None], block)
-        h_new = jnp.where(u_t[:, None], jax.lax.switch(pos_t, branches, h, block, x_t), h)
+                              state[0][:, None], block)
+        new = jax.lax.switch(pos_t, branches, state, block, x_t)
+        state = tuple(jnp.where(u_t[:, None], a, b) for a, b in zip(new, state, strict=True))
         slot = u_t[:, None, None] & (slots == pos_t + first)[None, :, None]
-        return (h_new, jnp.where(slot, h_new[:, None], block)), h_new
+        return (state, jnp.where(slot, state[0][:, None], block)), state[0]
 
-    state = (jnp.zeros((batch, n), x.dtype),
+    zeros = jnp.zeros((batch, n), x.dtype)
+    carry = ((zeros, zeros) if cell == "lstm" else (zeros,),
              jnp.zeros((batch, len(w_hh) + first, n), x.dtype))
-    _, hs = jax.lax.scan(body, state, (jnp.swapaxes(x, 0, 1), update.T, pos))
+    _, hs = jax.lax.scan(body, carry, (jnp.swapaxes(x, 0, 1), update.T, pos))
     return jnp.swapaxes(hs, 0, 1)
 
 
-def hm_port(depths: tuple[int, ...], strided: bool = False) -> Port:
-    """HM-DenseGRU (Zhao et al. eq. 4-8) on ``HMTextClassifier``'s (``net="hm"``) parameters.
+def hm_port(depths: tuple[int, ...], strided: bool = False, cell: str = "gru") -> Port:
+    """HM-DenseGRU (Zhao et al. eq. 4-8), or HM-DenseRNN / HM-DenseLSTM by ``cell``, on
+    ``HMTextClassifier``'s (``net="hm"``) parameters.
 
     Layer ``l`` updates at input steps ``t`` with ``(t + 1) % stride_l == 0`` inside the
     sequence and at its last real step; the classifier reads the top layer's state there.
@@ -382,7 +392,7 @@ def hm_port(depths: tuple[int, ...], strided: bool = False) -> Port:
                 update = (((t + 1) % stride == 0)[None, :] & inside) | (
                     t[None, :] == lengths[:, None] - 1)
                 pos = (-(-(t + 1) // stride) - 1) % k
-            x = naive_dense_gru(layer, w_hh, x, update, pos, block_start)
+            x = naive_dense_cell(cell, layer, w_hh, x, update, pos, block_start)
         last = jnp.take_along_axis(x, jnp.maximum(lengths - 1, 0)[:, None, None], 1)[:, 0]
         return last @ params["softmax"]["kernel"] + params["softmax"]["bias"]
 

@@ -352,12 +352,15 @@ def dc_bilstm_workload(batch: int = 200, time: int = 50, dl: int | None = None) 
 
 
 def hm_workload(config: str = "hm_densegru_128", batch: int = 32, time: int = 400) -> Workload:
+    """An HM-Dense* config at IMDB length, against its two ``lax.scan`` ports."""
     c, _ = classify.get_config(config)
     a = c.model_args
+    depths, cell = tuple(a["depths"]), a["cell"]
+    gates = {"rnn": 1, "gru": 3, "lstm": 4}[cell]
     return classifier_workload(
-        c, batch, time, {PORT: peers.hm_port(tuple(a["depths"])),
-                         f"{PORT} (strided)": peers.hm_port(tuple(a["depths"]), strided=True)},
-        flops.hm_forward, (batch * time, c.embed_size, 3 * a["features"]))
+        c, batch, time, {PORT: peers.hm_port(depths, cell=cell),
+                         f"{PORT} (strided)": peers.hm_port(depths, strided=True, cell=cell)},
+        flops.hm_forward, (batch * time, c.embed_size, gates * a["features"]))
 
 
 WORKLOADS: dict[str, Callable[[], Workload]] = {
@@ -372,6 +375,9 @@ WORKLOADS: dict[str, Callable[[], Workload]] = {
     "zaremba_large": lambda: lm_workload("zaremba_large"),
     "dc_bilstm": dc_bilstm_workload,
     "hm_densegru": hm_workload,
+    "hm_densernn": lambda: hm_workload("hm_densernn_128"),
+    "hm_denselstm": lambda: hm_workload("hm_denselstm_128"),
+    "denselstm": lambda: hm_workload("denselstm_128"),  # one dense layer, k = 4
     "eval_zaremba_medium": lambda: lm_workload("zaremba_medium", train=False),
     "eval_godin_dense_200x2": lambda: lm_workload("godin_dense_200x2", train=False),
     # bfloat16 compute (float32 parameters) in every implementation.
@@ -382,9 +388,11 @@ WORKLOADS: dict[str, Callable[[], Workload]] = {
     "tiny_lm": lambda: lm_workload("tiny"),
     "dc_bilstm_small": lambda: dc_bilstm_workload(32, 20, dl=2),
     "hm_densegru_small": lambda: hm_workload(batch=8, time=32),
+    "hm_denselstm_small": lambda: hm_workload("hm_denselstm_128", batch=8, time=32),
 }
 FULL = ("zaremba_small", "zaremba_medium", "godin_dense_200x2", "godin_dense_200x4",
         "zaremba_small_stack", "zaremba_medium_stack", "dc_bilstm", "hm_densegru",
+        "hm_densernn", "hm_denselstm",
         "eval_zaremba_medium", "eval_godin_dense_200x2",
         "zaremba_small_bf16", "zaremba_medium_bf16", "godin_dense_200x2_bf16")
 QUICK = ("zaremba_small", "dc_bilstm_small", "hm_densegru_small")

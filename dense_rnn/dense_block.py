@@ -20,8 +20,8 @@ The whole layer is ONE ``lax.scan`` over blocks: its body unrolls the ``k`` step
 block, so position ``n`` concatenates the block's states so far and multiplies them by
 ``W2^{(n)}`` at its own width (no buffer, masking or zero-padded weight inside the loop);
 time is padded to whole blocks and the padding masked. ``W1 x_t + b`` is hoisted out of
-the scan. A float32 GRU or vanilla RNN layer on an AVX-512 CPU runs instead as one C++ call
-forward and one backward (``gru_kernel``), with the same residuals for the weights' gradients.
+the scan. A float32 layer on an AVX-512 CPU runs instead as one C++ call forward and one
+backward (``dense_kernel``), with the same residuals for the weights' gradients.
 
 Cells (``DENSE_STEPS``), with ``r = W2^{(n)} x~_t`` split per gate:
 
@@ -46,7 +46,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import DTypeLike
 
-from dense_rnn import cells, gru_kernel
+from dense_rnn import cells, dense_kernel
 from dense_rnn.recurrent import (
     Initializer,
     check_sequence,
@@ -133,14 +133,14 @@ def dense_scan(
     """
     if _kernel(cell, w_hh, xw, carry):
         mask = None if lengths is None else length_mask(lengths, xw.shape[1])
-        return gru_kernel.scan(tuple(w_hh), xw, carry, mask, block_start, cell)
+        return dense_kernel.scan(tuple(w_hh), xw, carry, mask, block_start, cell)
     return _dense_scan(cell, block_start, tuple(w_hh), xw, carry, lengths)
 
 
 def _kernel(cell: str, w_hh: list[Array], xw: Array, carry: cells.Carry) -> bool:
-    """Whether the layer runs as the C++ dense GRU kernel (``gru_kernel``): a float32 GRU
-    or vanilla RNN on an AVX-512 CPU."""
-    return cell in gru_kernel.GATES and gru_kernel.applies(w_hh, xw, carry)
+    """Whether the layer runs as the C++ dense-block kernel (``dense_kernel``): float32, on
+    an AVX-512 CPU."""
+    return cell in dense_kernel.GATES and dense_kernel.applies(w_hh, xw, carry)
 
 
 def _scan(

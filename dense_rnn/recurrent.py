@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import DTypeLike
 
-from dense_rnn import cells, gru_kernel, lstm_kernel, precision
+from dense_rnn import cells, dense_kernel, lstm_kernel, precision
 
 Array = jax.Array
 Initializer = Callable[..., Array]
@@ -194,9 +194,9 @@ def _fast_lstm(cell: cells.Cell) -> bool:
 
 def _kernel_cell(cell: cells.Cell, params: cells.Params, xw: Array, carry: cells.Carry) -> bool:
     """Whether ``cell`` is the plain GRU or vanilla RNN in float32 on an AVX-512 CPU, which
-    runs as the C++ dense GRU kernel at dense depth 1 (``gru_kernel``)."""
+    runs as the C++ dense-block kernel at dense depth 1 (``dense_kernel``)."""
     steps = {"gru": cells.gru_step, "rnn": cells.rnn_step}
-    return steps.get(cell.name) is cell.step and gru_kernel.applies((params["w_hh"],), xw, carry)
+    return steps.get(cell.name) is cell.step and dense_kernel.applies((params["w_hh"],), xw, carry)
 
 
 def scan_cell(
@@ -238,7 +238,7 @@ def scan_cell(
         xw = reverse_padded(xw, lengths)
     mask = None if lengths is None else length_mask(lengths, xw.shape[1])  # (batch, time)
     if _kernel_cell(cell, params, xw, carry):  # batch-major, as xw
-        carry, ys = gru_kernel.scan((params["w_hh"],), xw, carry, mask, False, cell.name)
+        carry, ys = dense_kernel.scan((params["w_hh"],), xw, carry, mask, False, cell.name)
     else:  # time-major scans
         xs, mask = jnp.swapaxes(xw, 0, 1), None if mask is None else mask.T
         if _fast_lstm(cell):

@@ -93,8 +93,8 @@ def test_the_xla_peers_are_ours_without_a_kernel(monkeypatch, variant, flag, var
     assert run.worker_env(variant)[variable] == "off"
     impls = run_with_variant(monkeypatch, variant, flag)
     assert impls[variant][variable.lower()] == "off"
-    if variant == run.XLA_SCANS:  # the GRU kernel's scans too
-        assert impls[variant]["dense_rnn_gru_kernel"] == "off"
+    if variant == run.XLA_SCANS:  # the dense-block kernel's scans too
+        assert impls[variant]["dense_rnn_dense_kernel"] == "off"
     with pytest.raises(SystemExit):
         run.main(["--workloads", "tiny_lm", "--no-isolated", flag])
 
@@ -594,15 +594,16 @@ def _batch(vocab, batch, time):
             jnp.array([time, time // 2, 1, time - 1][:batch], jnp.int32))
 
 
-@pytest.mark.parametrize("config,strided", [("dc_bilstm_t4_dl5_dh10", False),
-                                            ("hm_densegru_64", False), ("hm_densegru_64", True)])
+@pytest.mark.parametrize("config,strided", [
+    ("dc_bilstm_t4_dl5_dh10", False), ("hm_densegru_64", False), ("hm_densegru_64", True),
+    ("hm_densernn_64", False), ("hm_denselstm_64", False), ("hm_denselstm_64", True)])
 def test_ports_compute_the_models_function(config, strided):
     c, _ = classify.get_config(config)
     model = classify.make_model(c, 50, 3)
     params = classify.init_params(model, jax.random.key(0))
     a = c.model_args
     if a.get("net") == "hm":
-        port = peers.hm_port(tuple(a["depths"]), strided)
+        port = peers.hm_port(tuple(a["depths"]), strided, a["cell"])
     else:
         port = peers.dc_bilstm_port(0.0, 0.0, a["dl"] + 1)
     tokens, lengths = _batch(50, 4, 16)

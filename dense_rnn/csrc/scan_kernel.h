@@ -253,6 +253,11 @@ inline ffi::Error Check(bool ok, const char* what) {
   return ok ? ffi::Error::Success() : ffi::Error::InvalidArgument(what);
 }
 
+inline ffi::Error Check(bool ok, const char* name, const char* what) {
+  return ok ? ffi::Error::Success()
+            : ffi::Error::InvalidArgument(std::string(name) + ": " + what);
+}
+
 }  // namespace dense_rnn
 
 #endif  // DENSE_RNN_CSRC_SCAN_KERNEL_H_

@@ -1,8 +1,10 @@
-// The float32 dense GRU (and vanilla RNN) layer of dense_block.dense_scan (Zhao et al. 2019,
-// eq. 2-3, 7-8) as XLA FFI handlers (dense_rnn/gru_kernel.py): its forward scan, with the
-// residuals its backward needs, and that backward scan, each one call for the whole
-// sequence. k = 1 is the plain GRU of cells.gru_step. Without `gru` the cell is the vanilla
-// RNN (eq. 3, h_t = tanh(xw + x~ W2^(n))): the GRU's n alone, with no r or z, h_t = n.
+// The float32 dense GRU, vanilla RNN and LSTM layers of dense_block.dense_scan (Zhao et al.
+// 2019, eq. 2-3, 7-8) as XLA FFI handlers (dense_rnn/dense_kernel.py): each one's forward
+// scan, with the residuals its backward needs, and that backward scan, each one call for the
+// whole sequence. k = 1 is the plain GRU of cells.gru_step. Without `gru` the GRU's handlers
+// run the vanilla RNN (eq. 3, h_t = tanh(xw + x~ W2^(n))): the GRU's n alone, with no r or
+// z, h_t = n. The LSTM's handlers (LstmForward, LstmBackward, at the end) share the plan,
+// the history and the threads.
 //
 // A step at block position n reads x~_t, the R_n most recent states (h_{t-1} alone at
 // n = 1 without block_start; else the block's states so far, with block_start the state
@@ -20,7 +22,7 @@
 // and tanh are lstm_scan.cc's (scan_kernel.h); sigmoid is 0.5 tanh(x / 2) + 0.5. Operands
 // are batch-major, as the layer holds them: the row of batch row b, step t is b * T + t.
 // The weights' gradients are products over the steps of each position, of the saved
-// operands x~ and x~ * tile(r) (ops) and the returned dxw, left to XLA (gru_kernel.scan).
+// operands x~ and x~ * tile(r) (ops) and the returned dxw, left to XLA (dense_kernel.scan).
 #include <vector>
 
 #include "scan_kernel.h"
@@ -39,10 +41,10 @@ struct Plan {
   int64_t H, T, B, k, gru, G, n0, blocks, PA, PB;  // PA, PB: panels of kHalf and kNR units
   std::vector<int64_t> R, lo, wrow, pc;  // pc[p]: kNR-column panels of x~
 
-  // gru: the GRU's gates [r, z, n], G = 3H; else the vanilla RNN's n alone, G = H. n0: n's
-  // first column.
-  Plan(int64_t H, int64_t T, int64_t B, int64_t k, bool block_start, bool gru)
-      : H(H), T(T), B(B), k(k), gru(gru), G((gru ? 3 : 1) * H), n0(gru ? 2 * H : 0),
+  // gates: the GRU's [r, z, n] (3), G = 3H; the vanilla RNN's n alone (1), G = H; the
+  // LSTM's [i, f, g, o] (4), G = 4H. n0: the GRU's n's first column.
+  Plan(int64_t H, int64_t T, int64_t B, int64_t k, bool block_start, int gates)
+      : H(H), T(T), B(B), k(k), gru(gates == 3), G(gates * H), n0(gru ? 2 * H : 0),
         blocks((T + k - 1) / k), PA(gru ? (H + kHalf - 1) / kHalf : 0),
         PB((H + kNR - 1) / kNR) {
     int64_t rows = 0;
@@ -70,21 +72,21 @@ inline float Sigmoid(float x) { return 0.5f * Tanh(0.5f * x) + 0.5f; }
 
 // The plan of w and a (B, T, G) operand seq, or an error.
 ffi::Error ReadPlan(const char* name, const Buffer& w, const Buffer& seq, int64_t k,
-                    bool block_start, bool gru, std::unique_ptr<Plan>& plan) {
+                    bool block_start, int gates, std::unique_ptr<Plan>& plan) {
   const auto wd = w.dimensions();
   const auto xd = seq.dimensions();
-  const int64_t gates = gru ? 3 : 1;
   if (wd.size() != 2 || xd.size() != 3 || k < 1 || xd[2] % gates != 0) {
     return ffi::Error::InvalidArgument(std::string(name) + ": w is (rows, G), xw (B, T, G)");
   }
-  plan = std::make_unique<Plan>(xd[2] / gates, xd[1], xd[0], k, block_start, gru);
+  plan = std::make_unique<Plan>(xd[2] / gates, xd[1], xd[0], k, block_start, gates);
   return Check(wd[1] == xd[2] && wd[0] == plan->wrow[k],
                "dense_rnn_gru: w is the k positions' W2^(n) stacked, (sum_n R_n H, G)");
 }
 
 // The saved operands' buffers (Plan::Op): Operands() k of them, position p's (blocks, B,
 // R[p] H).
-ffi::Error ReadOps(const ffi::RemainingRets& rets, const Plan& P, std::vector<float*>& ops) {
+ffi::Error ReadOps(const ffi::RemainingRets& rets, const Plan& P, std::vector<float*>& ops,
+                   const char* name) {
   for (size_t i = 0; i < rets.size(); ++i) {
     auto buffer = rets.get<Buffer>(i);
     if (buffer.has_error()) return buffer.error();
@@ -93,11 +95,11 @@ ffi::Error ReadOps(const ffi::RemainingRets& rets, const Plan& P, std::vector<fl
   }
   return Check(static_cast<int64_t>(ops.size()) == P.Operands() * P.k &&
                    ops.size() == rets.size(),
-               "dense_rnn_gru_forward: the operands' buffers differ from the plan");
+               name, "the operands' buffers differ from the plan");
 }
 
 ffi::Error ReadOps(const ffi::RemainingArgs& args, const Plan& P,
-                   std::vector<const float*>& ops) {
+                   std::vector<const float*>& ops, const char* name) {
   for (size_t i = 0; i < args.size(); ++i) {
     auto buffer = args.get<Buffer>(i);
     if (buffer.has_error()) return buffer.error();
@@ -106,7 +108,7 @@ ffi::Error ReadOps(const ffi::RemainingArgs& args, const Plan& P,
   }
   return Check(static_cast<int64_t>(ops.size()) == P.Operands() * P.k &&
                    ops.size() == args.size(),
-               "dense_rnn_gru_backward: the operands' buffers differ from the plan");
+               name, "the operands' buffers differ from the plan");
 }
 
 // Forward. w (sum_n R_n H, G); xw (B, T, G) = W1 x_t + b, gates [r, z,] n (gru: the GRU,
@@ -117,7 +119,7 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xw, Buffer h0, Buffer 
                    int64_t k, bool block_start, bool gru, Result ys, Result h_out,
                    Result acts, ffi::RemainingRets ops_out) {
   std::unique_ptr<Plan> plan;
-  if (auto e = ReadPlan("dense_rnn_gru_forward", w, xw, k, block_start, gru, plan);
+  if (auto e = ReadPlan("dense_rnn_gru_forward", w, xw, k, block_start, gru ? 3 : 1, plan);
       e.failure()) {
     return e;
   }
@@ -140,7 +142,7 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xw, Buffer h0, Buffer 
   float* py = ys->typed_data();
   std::vector<float*> ops;
   if (save) {
-    if (auto e = ReadOps(ops_out, P, ops); e.failure()) return e;
+    if (auto e = ReadOps(ops_out, P, ops, "dense_rnn_gru_forward"); e.failure()) return e;
     // the operands of positions past the last step: zero, as XLA's padding
     for (int64_t t = T; t < P.blocks * k; ++t) {
       for (int64_t b = 0; b < B; ++b) {
@@ -283,7 +285,8 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dh_last, 
                     Buffer acts, ffi::RemainingArgs ops_in, int64_t k, bool block_start,
                     bool gru, Result dxw, Result dh_out) {
   std::unique_ptr<Plan> plan;
-  if (auto e = ReadPlan("dense_rnn_gru_backward", w, acts, k, block_start, gru, plan);
+  if (auto e = ReadPlan("dense_rnn_gru_backward", w, acts, k, block_start, gru ? 3 : 1,
+                              plan);
       e.failure()) {
     return e;
   }
@@ -304,7 +307,7 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dh_last, 
   const float* pm = masked ? mask.typed_data() : nullptr;
   const float* pa = acts.typed_data();
   std::vector<const float*> ops;
-  if (auto e = ReadOps(ops_in, P, ops); e.failure()) return e;
+  if (auto e = ReadOps(ops_in, P, ops, "dense_rnn_gru_backward"); e.failure()) return e;
   const float* pdy = dys.typed_data();
   float* pdx = dxw->typed_data();
   const int64_t slots = P.Slots() * H;
@@ -437,6 +440,251 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dh_last, 
   return ffi::Error::Success();
 }
 
+// The dense LSTM (cell "lstm" of dense_block: cells.lstm_step with U h_{t-1} replaced by
+// U x~_t). Its step is one product, x~ W^(n), over panels of kUnits units and their 4 gates
+// (lstm_scan.cc's packing), the gates and the state update beside each panel's tile; the
+// history and its slots are the GRU's. x~ is copied out first (the saved operand), as the
+// step's last panel writes slot 0.
+constexpr int kUnits = kNR / 4;  // hidden units of an LSTM panel (its 4 gates each)
+
+// Forward. w (sum_n R_n H, 4H); xw (B, T, 4H) = W1 x_t + b, gates [i, f, g, o]; c0, h0 (B,
+// H); mask (B, T) or empty. Results: ys (B, T, H), c, h (B, H) and, unless empty, the
+// residuals acts (B, T, 4H) = [i, f, g, o], c_prev and tc = tanh(c_t) (B, T, H), and ops,
+// the operands x~ (Plan::Op; none without acts).
+ffi::Error LstmForward(ffi::ThreadPool pool, Buffer w, Buffer xw, Buffer c0, Buffer h0,
+                       Buffer mask, int64_t k, bool block_start, Result ys, Result c_out,
+                       Result h_out, Result acts, Result c_prev, Result tc_out,
+                       ffi::RemainingRets ops_out) {
+  const char* name = "dense_rnn_dense_lstm_forward";
+  std::unique_ptr<Plan> plan;
+  if (auto e = ReadPlan(name, w, xw, k, block_start, 4, plan); e.failure()) return e;
+  const Plan& P = *plan;
+  const int64_t H = P.H, T = P.T, B = P.B, G = P.G;
+  const bool masked = Count(mask) > 0, save = Count(*acts) > 0;
+  if (auto e = Check(Count(c0) == B * H && Count(h0) == B * H &&
+                         (!masked || Count(mask) == B * T) && Count(*ys) == B * T * H &&
+                         (!save || (Count(*acts) == B * T * G && Count(*c_prev) == B * T * H &&
+                                    Count(*tc_out) == B * T * H)),
+                     "dense_rnn_dense_lstm_forward: operand shapes differ");
+      e.failure()) {
+    return e;
+  }
+  float* c = c_out->typed_data();
+  float* h = h_out->typed_data();
+  std::copy_n(c0.typed_data(), B * H, c);
+  std::copy_n(h0.typed_data(), B * H, h);
+  if (T == 0 || B == 0 || H == 0) return ffi::Error::Success();
+  const float* pw = w.typed_data();
+  const float* px = xw.typed_data();
+  const float* pm = masked ? mask.typed_data() : nullptr;
+  float* py = ys->typed_data();
+  std::vector<float*> ops;
+  if (save) {
+    if (auto e = ReadOps(ops_out, P, ops, name); e.failure()) return e;
+    for (int64_t t = T; t < P.blocks * k; ++t) {  // positions past the last step: zero
+      for (int64_t b = 0; b < B; ++b) std::fill_n(P.Op(ops, t, b, false), P.R[t % k] * H, 0.f);
+    }
+  }
+  const int64_t slots = P.Slots() * H, widest = P.R[k - 1] * H;
+  std::vector<float> history(B * slots);
+  std::vector<float> own_rec(save ? 0 : B * widest);  // x~, without ops
+  auto rec = [&](int64_t b, int64_t t) {
+    return save ? P.Op(ops, t, b, false) : own_rec.data() + b * widest;
+  };
+
+  // Position p's panel j, row i: the 4 gates of units j * kUnits + q, W_p[i][g * H + u].
+  const int64_t panels = (H + kUnits - 1) / kUnits;
+  std::vector<int64_t> at(k);
+  int64_t size = 0;
+  for (int64_t p = 0; p < k; ++p) at[p] = size, size += panels * P.R[p] * H * kNR;
+  float* packed = Scratch(size);
+  for (int64_t p = 0; p < k; ++p) {
+    const float* wp = pw + P.wrow[p] * G;
+    for (int64_t j = 0; j < panels; ++j) {
+      for (int64_t i = 0; i < P.R[p] * H; ++i) {
+        for (int q = 0; q < kNR; ++q) {
+          const int64_t u = j * kUnits + q % kUnits;
+          packed[at[p] + (j * P.R[p] * H + i) * kNR + q] =
+              u < H ? wp[i * G + (q / kUnits) * H + u] : 0.f;
+        }
+      }
+    }
+  }
+  for (int64_t b = 0; b < B; ++b) std::copy_n(h + b * H, H, history.data() + b * slots);
+
+  const RowGroups groups(B);
+  Steps steps(groups.count, T);
+  OnTeam(pool, Threads(pool, groups.count), [&](int member, int members) {
+    alignas(64) float tile[kMR * kNR];
+    steps.Run(member, members, [&](int64_t group, int64_t t) {
+      const int64_t r0 = groups.First(group), p = t % k, width = P.R[p] * H;
+      const int rows = groups.Rows(group);
+      for (int i = 0; i < rows; ++i) {  // x~, as the panels below write the history
+        std::copy_n(history.data() + (r0 + i) * slots + P.lo[p] * H, width, rec(r0 + i, t));
+      }
+      const bool next_starts = (t + 1) % k == 0;
+      for (int64_t j = 0; j < panels; ++j) {  // the gates, c_t and h_t of units [u0, +units)
+        const int64_t u0 = j * kUnits;
+        const int units = static_cast<int>(std::min<int64_t>(kUnits, H - u0));
+        kTiles[rows - 1](rec(r0, t), save ? width : widest, packed + at[p] + j * width * kNR,
+                         width, tile);
+        for (int i = 0; i < rows; ++i) {
+          const int64_t b = r0 + i, row = P.Row(b, t);
+          float* z = tile + i * kNR;
+          const float* x = px + row * G + u0;
+          for (int g = 0; g < 4; ++g) {
+            for (int q = 0; q < units; ++q) z[g * kUnits + q] += x[g * H + q];
+          }
+          for (int q = 0; q < kNR; ++q) {  // the gates: cells.lstm_gates
+            const float s = q / kUnits == 2 ? 1.f : 0.5f;
+            z[q] = s * Tanh(s * z[q]) + (1.f - s);
+          }
+          float* cb = c + b * H + u0;
+          float* hb = h + b * H + u0;
+          alignas(64) float c_old[kUnits] = {}, c_new[kUnits], tc[kUnits], h_new[kUnits];
+          Copy<kUnits>(cb, units, c_old);
+          for (int q = 0; q < kUnits; ++q) {  // the state update: cells.lstm_update
+            c_new[q] = z[kUnits + q] * c_old[q] + z[q] * z[2 * kUnits + q];
+            tc[q] = Tanh(c_new[q]);
+            h_new[q] = z[3 * kUnits + q] * tc[q];
+          }
+          if (save) {
+            float* ac = acts->typed_data() + row * G + u0;
+            for (int g = 0; g < 4; ++g) Copy<kUnits>(z + g * kUnits, units, ac + g * H);
+            Copy<kUnits>(c_old, units, c_prev->typed_data() + row * H + u0);
+            Copy<kUnits>(tc, units, tc_out->typed_data() + row * H + u0);
+          }
+          const bool keep = pm == nullptr || pm[row] != 0.f;
+          if (keep) Copy<kUnits>(c_new, units, cb), Copy<kUnits>(h_new, units, hb);
+          float* y = py + row * H + u0;
+          if (keep) {
+            Copy<kUnits>(h_new, units, y);
+          } else {
+            std::fill_n(y, units, 0.f);
+          }
+          float* slot = history.data() + b * slots + u0;
+          if (p + 1 < k) Copy<kUnits>(h_new, units, slot + (p + 1) * H);  // the block's state
+          if (next_starts) Copy<kUnits>(hb, units, slot);  // the state carried into the next
+        }
+      }
+    });
+  });
+  return ffi::Error::Success();
+}
+
+// Backward. w, mask, k, block_start as LstmForward's; dys (B, T, H); dc, dh (B, H), the
+// final carry's cotangents; the residuals acts, c_prev, tc and ops. Results: dxw (B, T,
+// 4H), the gates' pre-activation gradients; dc0, dh0 (B, H). A step is (A') the gates'
+// gradients of its rows, recurrent._lstm_scan_bwd's, from dh_t (the carry's, dy_t and the
+// history slots') and dc_t; (C') dx~ = dz W^(n)T, added into the slots x~ read.
+ffi::Error LstmBackward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dc_last,
+                        Buffer dh_last, Buffer mask, Buffer acts, Buffer c_prev, Buffer tc,
+                        ffi::RemainingArgs ops_in, int64_t k, bool block_start, Result dxw,
+                        Result dc_out, Result dh_out) {
+  const char* name = "dense_rnn_dense_lstm_backward";
+  std::unique_ptr<Plan> plan;
+  if (auto e = ReadPlan(name, w, acts, k, block_start, 4, plan); e.failure()) return e;
+  const Plan& P = *plan;
+  const int64_t H = P.H, T = P.T, B = P.B, G = P.G;
+  const bool masked = Count(mask) > 0;
+  if (auto e = Check(Count(dys) == B * T * H && Count(dc_last) == B * H &&
+                         Count(dh_last) == B * H && (!masked || Count(mask) == B * T) &&
+                         Count(c_prev) == B * T * H && Count(tc) == B * T * H &&
+                         Count(*dxw) == B * T * G,
+                     "dense_rnn_dense_lstm_backward: operand shapes differ");
+      e.failure()) {
+    return e;
+  }
+  float* dc = dc_out->typed_data();  // the carry's gradients, at each step's end
+  float* dh = dh_out->typed_data();
+  std::copy_n(dc_last.typed_data(), B * H, dc);
+  std::copy_n(dh_last.typed_data(), B * H, dh);
+  if (T == 0 || B == 0 || H == 0) return ffi::Error::Success();
+  const float* pw = w.typed_data();
+  const float* pm = masked ? mask.typed_data() : nullptr;
+  std::vector<const float*> ops;
+  if (auto e = ReadOps(ops_in, P, ops, name); e.failure()) return e;
+  float* pdx = dxw->typed_data();
+  const int64_t slots = P.Slots() * H;
+  std::vector<float> dhistory(B * slots);  // the history slots' gradients, this block
+
+  // Position p's panel j, row i: W_p[c][i] for the columns c = j * kNR + q of x~ (W_p^T).
+  std::vector<int64_t> at(k);
+  int64_t size = 0;
+  for (int64_t p = 0; p < k; ++p) at[p] = size, size += P.pc[p] * G * kNR;
+  float* packed = Scratch(size);
+  for (int64_t p = 0; p < k; ++p) {
+    const float* wp = pw + P.wrow[p] * G;
+    for (int64_t j = 0; j < P.pc[p]; ++j) {
+      float* panel = packed + at[p] + j * G * kNR;
+      for (int64_t i = 0; i < G; ++i) {
+        for (int q = 0; q < kNR; ++q) {
+          const int64_t col = j * kNR + q;
+          panel[i * kNR + q] = col < P.R[p] * H ? wp[col * G + i] : 0.f;
+        }
+      }
+    }
+  }
+
+  const RowGroups groups(B);
+  Steps steps(groups.count, T + 1);
+  OnTeam(pool, Threads(pool, groups.count), [&](int member, int members) {
+    alignas(64) float tile[kMR * kNR];
+    // Step s is t = T - 1 - s's A' and C'; s = T (t = -1) adds the carried state's
+    // gradient to dh0.
+    steps.Run(member, members, [&](int64_t group, int64_t step) {
+      const int64_t r0 = groups.First(group), t = T - 1 - step;
+      const int rows = groups.Rows(group);
+      const bool block_ends = t + 1 < T ? (t + 1) % k == 0 : t == -1;
+      for (int64_t b = r0; b < r0 + rows; ++b) {  // A'
+        float* dslot = dhistory.data() + b * slots;
+        float* dhb = dh + b * H;
+        if (block_ends) {  // the block after t read carry_t as its slot 0: add, restart
+          for (int64_t u = 0; u < H; ++u) dhb[u] += dslot[u];
+          std::fill_n(dslot, slots, 0.f);
+        }
+        if (t < 0) continue;
+        const int64_t p = t % k, row = P.Row(b, t);
+        float* dz = pdx + row * G;
+        if (pm != nullptr && pm[row] == 0.f) {  // padding: no gradient, the carry's passed on
+          std::fill_n(dz, G, 0.f);
+          continue;
+        }
+        const float* ai = acts.typed_data() + row * G;
+        const float* tcr = tc.typed_data() + row * H;
+        const float* cpr = c_prev.typed_data() + row * H;
+        const float* dy = dys.typed_data() + row * H;
+        const float* dnext = p + 1 < k ? dslot + (p + 1) * H : nullptr;
+        float* dcb = dc + b * H;
+        for (int64_t u = 0; u < H; ++u) {  // h_t's gradient reaches no later carry but x~'s
+          const float ig = ai[u], fg = ai[H + u], gg = ai[2 * H + u], og = ai[3 * H + u];
+          const float dho = dhb[u] + dy[u] + (dnext ? dnext[u] : 0.f);
+          const float dc_new = dcb[u] + dho * og * (1.f - tcr[u] * tcr[u]);
+          dz[u] = dc_new * gg * ig * (1.f - ig);
+          dz[H + u] = dc_new * cpr[u] * fg * (1.f - fg);
+          dz[2 * H + u] = dc_new * ig * (1.f - gg * gg);
+          dz[3 * H + u] = dho * tcr[u] * og * (1.f - og);
+          dcb[u] = dc_new * fg;
+          dhb[u] = 0.f;
+        }
+      }
+      if (t < 0) return;
+      const int64_t p = t % k, width = P.R[p] * H;
+      const float* dz0 = pdx + P.Row(r0, t) * G;  // row r0 + i of the step's dz: + i T G
+      for (int64_t j = 0; j < P.pc[p]; ++j) {  // C': dx~ of columns [c0, c0 + cols)
+        const int64_t c0 = j * kNR;
+        const int cols = static_cast<int>(std::min<int64_t>(kNR, width - c0));
+        kTiles[rows - 1](dz0, T * G, packed + at[p] + j * G * kNR, G, tile);
+        for (int i = 0; i < rows; ++i) {  // into the history slots x~ read
+          float* dslot = dhistory.data() + (r0 + i) * slots + P.lo[p] * H + c0;
+          for (int q = 0; q < cols; ++q) dslot[q] += tile[i * kNR + q];
+        }
+      }
+    });
+  });
+  return ffi::Error::Success();
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(DenseRnnGruForward, Forward,
@@ -467,4 +715,40 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(DenseRnnGruBackward, Backward,
                                   .Attr<bool>("block_start")
                                   .Attr<bool>("gru")
                                   .Ret<Buffer>()  // dxw
+                                  .Ret<Buffer>());  // dh0
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DenseRnnDenseLstmForward, LstmForward,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<Buffer>()  // w
+                                  .Arg<Buffer>()  // xw
+                                  .Arg<Buffer>()  // c0
+                                  .Arg<Buffer>()  // h0
+                                  .Arg<Buffer>()  // mask
+                                  .Attr<int64_t>("k")
+                                  .Attr<bool>("block_start")
+                                  .Ret<Buffer>()  // ys
+                                  .Ret<Buffer>()  // c
+                                  .Ret<Buffer>()  // h
+                                  .Ret<Buffer>()  // acts
+                                  .Ret<Buffer>()  // c_prev
+                                  .Ret<Buffer>()  // tc
+                                  .RemainingRets());  // ops
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DenseRnnDenseLstmBackward, LstmBackward,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<Buffer>()  // w
+                                  .Arg<Buffer>()  // dys
+                                  .Arg<Buffer>()  // dc
+                                  .Arg<Buffer>()  // dh
+                                  .Arg<Buffer>()  // mask
+                                  .Arg<Buffer>()  // acts
+                                  .Arg<Buffer>()  // c_prev
+                                  .Arg<Buffer>()  // tc
+                                  .RemainingArgs()  // ops
+                                  .Attr<int64_t>("k")
+                                  .Attr<bool>("block_start")
+                                  .Ret<Buffer>()  // dxw
+                                  .Ret<Buffer>()  // dc0
                                   .Ret<Buffer>());  // dh0
