@@ -446,6 +446,38 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dh_last, 
 // history and its slots are the GRU's. x~ is copied out first (the saved operand), as the
 // step's last panel writes slot 0.
 constexpr int kUnits = kNR / 4;  // hidden units of an LSTM panel (its 4 gates each)
+typedef float Half __attribute__((vector_size(kUnits * 4), aligned(4)));  // a gate's units
+
+// A gate's `units` (<= kUnits) floats from p as a Half, the rest zero.
+inline Half LoadHalf(const float* p, int units) {
+  Half v = {};
+  if (units == kUnits) {
+    std::memcpy(&v, p, sizeof v);
+  } else {
+    for (int q = 0; q < units; ++q) v[q] = p[q];
+  }
+  return v;
+}
+
+// Two gates' halves as one vector [a | b], and back, in registers (a vector stored in two
+// halves and loaded whole would wait for the stores: no store-to-load forwarding).
+template <size_t... I>
+inline Vec Join(Half a, Half b, std::index_sequence<I...>) {
+  return __builtin_shufflevector(a, b, I...);
+}
+inline Vec Join(Half a, Half b) { return Join(a, b, std::make_index_sequence<kVL>{}); }
+template <size_t Lo, size_t... I>
+inline Half Part(Vec v, std::index_sequence<I...>) {
+  return __builtin_shufflevector(v, v, (Lo + I)...);
+}
+template <size_t Lo>
+inline Half Part(Vec v) { return Part<Lo>(v, std::make_index_sequence<kUnits>{}); }
+// s of the gates' vector [g | o]: s tanh(s x) + 1 - s is tanh for g, sigmoid for o
+const Vec kGateScale = [] {
+  Vec s;
+  for (int q = 0; q < kVL; ++q) s[q] = q < kUnits ? 1.f : 0.5f;
+  return s;
+}();
 
 // Forward. w (sum_n R_n H, 4H); xw (B, T, 4H) = W1 x_t + b, gates [i, f, g, o]; c0, h0 (B,
 // H); mask (B, T) or empty. Results: ys (B, T, H), c, h (B, H) and, unless empty, the
@@ -519,6 +551,10 @@ ffi::Error LstmForward(ffi::ThreadPool pool, Buffer w, Buffer xw, Buffer c0, Buf
     steps.Run(member, members, [&](int64_t group, int64_t t) {
       const int64_t r0 = groups.First(group), p = t % k, width = P.R[p] * H;
       const int rows = groups.Rows(group);
+      for (int i = 0; t + 1 < T && i < rows; ++i) {  // the next step's xw, toward L2
+        const char* next = reinterpret_cast<const char*>(px + P.Row(r0 + i, t + 1) * G);
+        for (int64_t at = 0; at < G * 4; at += 64) __builtin_prefetch(next + at, 0, 2);
+      }
       for (int i = 0; i < rows; ++i) {  // x~, as the panels below write the history
         std::copy_n(history.data() + (r0 + i) * slots + P.lo[p] * H, width, rec(r0 + i, t));
       }
@@ -526,28 +562,34 @@ ffi::Error LstmForward(ffi::ThreadPool pool, Buffer w, Buffer xw, Buffer c0, Buf
       for (int64_t j = 0; j < panels; ++j) {  // the gates, c_t and h_t of units [u0, +units)
         const int64_t u0 = j * kUnits;
         const int units = static_cast<int>(std::min<int64_t>(kUnits, H - u0));
+        if ((j + 2) * kUnits < H && j % 2 == 0) {  // panel j + 2's xw, toward L1
+          for (int i = 0; i < rows; ++i) {
+            const float* x = px + P.Row(r0 + i, t) * G + (j + 2) * kUnits;
+            for (int g = 0; g < 4; ++g) __builtin_prefetch(x + g * H, 0, 3);
+          }
+        }
         kTiles[rows - 1](rec(r0, t), save ? width : widest, packed + at[p] + j * width * kNR,
                          width, tile);
         for (int i = 0; i < rows; ++i) {
           const int64_t b = r0 + i, row = P.Row(b, t);
-          float* z = tile + i * kNR;
+          float* z = tile + i * kNR;  // [i | f], [g | o]: two vectors of kUnits-unit halves
           const float* x = px + row * G + u0;
-          for (int g = 0; g < 4; ++g) {
-            for (int q = 0; q < units; ++q) z[g * kUnits + q] += x[g * H + q];
-          }
-          for (int q = 0; q < kNR; ++q) {  // the gates: cells.lstm_gates
-            const float s = q / kUnits == 2 ? 1.f : 0.5f;
-            z[q] = s * Tanh(s * z[q]) + (1.f - s);
-          }
+          Vec* zv = reinterpret_cast<Vec*>(z);
+          const Vec if_ = zv[0] + Join(LoadHalf(x, units), LoadHalf(x + H, units));
+          const Vec go = zv[1] + Join(LoadHalf(x + 2 * H, units), LoadHalf(x + 3 * H, units));
+          zv[0] = 0.5f * Tanh(0.5f * if_) + 0.5f;  // the gates: cells.lstm_gates
+          zv[1] = kGateScale * Tanh(kGateScale * go) + (1.f - kGateScale);
           float* cb = c + b * H + u0;
           float* hb = h + b * H + u0;
-          alignas(64) float c_old[kUnits] = {}, c_new[kUnits], tc[kUnits], h_new[kUnits];
-          Copy<kUnits>(cb, units, c_old);
-          for (int q = 0; q < kUnits; ++q) {  // the state update: cells.lstm_update
-            c_new[q] = z[kUnits + q] * c_old[q] + z[q] * z[2 * kUnits + q];
-            tc[q] = Tanh(c_new[q]);
-            h_new[q] = z[3 * kUnits + q] * tc[q];
-          }
+          alignas(64) float c_old[kUnits], c_new[kUnits], tc[kUnits], h_new[kUnits];
+          const Half co = LoadHalf(cb, units);
+          const Half cn = Part<kUnits>(zv[0]) * co + Part<0>(zv[0]) * Part<0>(zv[1]);
+          const Half tcn = Tanh(cn);  // the state update: cells.lstm_update
+          std::memcpy(c_old, &co, sizeof co);
+          std::memcpy(c_new, &cn, sizeof cn);
+          std::memcpy(tc, &tcn, sizeof tcn);
+          const Half hn = Part<kUnits>(zv[1]) * tcn;
+          std::memcpy(h_new, &hn, sizeof hn);
           if (save) {
             float* ac = acts->typed_data() + row * G + u0;
             for (int g = 0; g < 4; ++g) Copy<kUnits>(z + g * kUnits, units, ac + g * H);

@@ -38,23 +38,27 @@ typedef float Vec __attribute__((vector_size(kVL * 4), aligned(4)));
 using Buffer = ffi::Buffer<ffi::F32>;
 using Result = ffi::ResultBuffer<ffi::F32>;
 
-// tanh(x) as Eigen's generic_fast_tanh_float (a 13/6 rational function on [-c, c]).
-inline float Tanh(float x) {
-  constexpr float c = 7.90531110763549805f;
-  x = std::clamp(x, -c, c);
-  const float x2 = x * x;
-  float p = -2.76076847742355e-16f;
+// tanh(x) as Eigen's generic_fast_tanh_float (a 13/6 rational function on [-c, c]), of a
+// float or, lane by lane, of a GCC vector of floats.
+template <typename V>
+inline V Tanh(V x) {
+  const V c = V{} + 7.90531110763549805f, zero = V{};
+  x = x > c ? c : x;
+  x = x < -c ? -c : x;
+  const V x2 = x * x;
+  V p = zero - 2.76076847742355e-16f;
   p = p * x2 + 2.00018790482477e-13f;
   p = p * x2 - 8.60467152213735e-11f;
   p = p * x2 + 5.12229709037114e-08f;
   p = p * x2 + 1.48572235717979e-05f;
   p = p * x2 + 6.37261928875436e-04f;
   p = p * x2 + 4.89352455891786e-03f;
-  float q = 1.19825839466702e-06f;
+  V q = zero + 1.19825839466702e-06f;
   q = q * x2 + 1.18534705686654e-04f;
   q = q * x2 + 2.26843463243900e-03f;
   q = q * x2 + 4.89352518554385e-03f;
-  return std::abs(x) < 0.0004f ? x : x * p / q;
+  const V small = zero + 0.0004f;
+  return (x < zero ? -x : x) < small ? x : x * p / q;
 }
 
 // out[r][0:kNR] = sum_k a[r * lda + k] * panel[k][0:kNR] for r < R: a register tile.
