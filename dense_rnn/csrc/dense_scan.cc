@@ -442,42 +442,9 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dh_last, 
 
 // The dense LSTM (cell "lstm" of dense_block: cells.lstm_step with U h_{t-1} replaced by
 // U x~_t). Its step is one product, x~ W^(n), over panels of kUnits units and their 4 gates
-// (lstm_scan.cc's packing), the gates and the state update beside each panel's tile; the
-// history and its slots are the GRU's. x~ is copied out first (the saved operand), as the
+// (lstm_scan.cc's packing), the gates and the state update beside each panel's tile
+// (LstmUnits); the history and its slots are the GRU's. x~ is copied out first (the saved operand), as the
 // step's last panel writes slot 0.
-constexpr int kUnits = kNR / 4;  // hidden units of an LSTM panel (its 4 gates each)
-typedef float Half __attribute__((vector_size(kUnits * 4), aligned(4)));  // a gate's units
-
-// A gate's `units` (<= kUnits) floats from p as a Half, the rest zero.
-inline Half LoadHalf(const float* p, int units) {
-  Half v = {};
-  if (units == kUnits) {
-    std::memcpy(&v, p, sizeof v);
-  } else {
-    for (int q = 0; q < units; ++q) v[q] = p[q];
-  }
-  return v;
-}
-
-// Two gates' halves as one vector [a | b], and back, in registers (a vector stored in two
-// halves and loaded whole would wait for the stores: no store-to-load forwarding).
-template <size_t... I>
-inline Vec Join(Half a, Half b, std::index_sequence<I...>) {
-  return __builtin_shufflevector(a, b, I...);
-}
-inline Vec Join(Half a, Half b) { return Join(a, b, std::make_index_sequence<kVL>{}); }
-template <size_t Lo, size_t... I>
-inline Half Part(Vec v, std::index_sequence<I...>) {
-  return __builtin_shufflevector(v, v, (Lo + I)...);
-}
-template <size_t Lo>
-inline Half Part(Vec v) { return Part<Lo>(v, std::make_index_sequence<kUnits>{}); }
-// s of the gates' vector [g | o]: s tanh(s x) + 1 - s is tanh for g, sigmoid for o
-const Vec kGateScale = [] {
-  Vec s;
-  for (int q = 0; q < kVL; ++q) s[q] = q < kUnits ? 1.f : 0.5f;
-  return s;
-}();
 
 // Forward. w (sum_n R_n H, 4H); xw (B, T, 4H) = W1 x_t + b, gates [i, f, g, o]; c0, h0 (B,
 // H); mask (B, T) or empty. Results: ys (B, T, H), c, h (B, H) and, unless empty, the
@@ -572,40 +539,21 @@ ffi::Error LstmForward(ffi::ThreadPool pool, Buffer w, Buffer xw, Buffer c0, Buf
                          width, tile);
         for (int i = 0; i < rows; ++i) {
           const int64_t b = r0 + i, row = P.Row(b, t);
-          float* z = tile + i * kNR;  // [i | f], [g | o]: two vectors of kUnits-unit halves
-          const float* x = px + row * G + u0;
-          Vec* zv = reinterpret_cast<Vec*>(z);
-          const Vec if_ = zv[0] + Join(LoadHalf(x, units), LoadHalf(x + H, units));
-          const Vec go = zv[1] + Join(LoadHalf(x + 2 * H, units), LoadHalf(x + 3 * H, units));
-          zv[0] = 0.5f * Tanh(0.5f * if_) + 0.5f;  // the gates: cells.lstm_gates
-          zv[1] = kGateScale * Tanh(kGateScale * go) + (1.f - kGateScale);
+          float* z = tile + i * kNR;
           float* cb = c + b * H + u0;
           float* hb = h + b * H + u0;
-          alignas(64) float c_old[kUnits], c_new[kUnits], tc[kUnits], h_new[kUnits];
-          const Half co = LoadHalf(cb, units);
-          const Half cn = Part<kUnits>(zv[0]) * co + Part<0>(zv[0]) * Part<0>(zv[1]);
-          const Half tcn = Tanh(cn);  // the state update: cells.lstm_update
-          std::memcpy(c_old, &co, sizeof co);
-          std::memcpy(c_new, &cn, sizeof cn);
-          std::memcpy(tc, &tcn, sizeof tcn);
-          const Half hn = Part<kUnits>(zv[1]) * tcn;
-          std::memcpy(h_new, &hn, sizeof hn);
+          const LstmUnits s(z, px + row * G + u0, H, cb, units);
           if (save) {
             float* ac = acts->typed_data() + row * G + u0;
             for (int g = 0; g < 4; ++g) Copy<kUnits>(z + g * kUnits, units, ac + g * H);
-            Copy<kUnits>(c_old, units, c_prev->typed_data() + row * H + u0);
-            Copy<kUnits>(tc, units, tc_out->typed_data() + row * H + u0);
+            Store(s.c_old, units, c_prev->typed_data() + row * H + u0);
+            Store(s.tc, units, tc_out->typed_data() + row * H + u0);
           }
           const bool keep = pm == nullptr || pm[row] != 0.f;
-          if (keep) Copy<kUnits>(c_new, units, cb), Copy<kUnits>(h_new, units, hb);
-          float* y = py + row * H + u0;
-          if (keep) {
-            Copy<kUnits>(h_new, units, y);
-          } else {
-            std::fill_n(y, units, 0.f);
-          }
+          if (keep) Store(s.c, units, cb), Store(s.h, units, hb);
+          Store(keep ? s.h : Half{}, units, py + row * H + u0);
           float* slot = history.data() + b * slots + u0;
-          if (p + 1 < k) Copy<kUnits>(h_new, units, slot + (p + 1) * H);  // the block's state
+          if (p + 1 < k) Store(s.h, units, slot + (p + 1) * H);  // the block's state
           if (next_starts) Copy<kUnits>(hb, units, slot);  // the state carried into the next
         }
       }

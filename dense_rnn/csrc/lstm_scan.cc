@@ -24,8 +24,6 @@ namespace {
 
 using namespace dense_rnn;  // NOLINT: the shared pieces of scan_kernel.h
 
-constexpr int kUnits = kNR / 4;  // hidden units of a forward panel (its 4 gates each)
-
 // The sizes of a call: D independent LSTMs (directions) of H units over T steps of B rows.
 // w is (D, H, 4H), or (H, 4H) for D = 1; a per-step operand (T, D, B, n), or (T, B, n), is
 // n-wide row (t * D + d) * B + r; a carry (D, B, H), row d * B + r.
@@ -138,38 +136,19 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xs, Buffer c0, Buffer 
         for (int i = 0; i < rows; ++i) {
           const int64_t r = r0 + i, row = dims.Row(t, d, r);
           float* z = tile + i * kNR;
-          const float* x = px + row * G + u0;
-          for (int g = 0; g < 4; ++g) {
-            for (int q = 0; q < units; ++q) z[g * kUnits + q] += x[g * H + q];
-          }
-          for (int q = 0; q < kNR; ++q) {  // the gates: cells.lstm_gates
-            const float s = q / kUnits == 2 ? 1.f : 0.5f;
-            z[q] = s * Tanh(s * z[q]) + (1.f - s);
-          }
           float* cr = cd + r * H + u0;
           float* hr = hd + r * H + u0;
-          alignas(64) float c_old[kUnits] = {}, c_new[kUnits], tc[kUnits], h_new[kUnits];
-          Copy<kUnits>(cr, units, c_old);
-          for (int q = 0; q < kUnits; ++q) {  // the state update: cells.lstm_update
-            c_new[q] = z[kUnits + q] * c_old[q] + z[q] * z[2 * kUnits + q];
-            tc[q] = Tanh(c_new[q]);
-            h_new[q] = z[3 * kUnits + q] * tc[q];
-          }
+          const LstmUnits s(z, px + row * G + u0, H, cr, units);  // the gates and state update
           if (save) {
             float* ac = acts->typed_data() + row * G + u0;
             for (int g = 0; g < 4; ++g) Copy<kUnits>(z + g * kUnits, units, ac + g * H);
-            Copy<kUnits>(c_old, units, c_prev->typed_data() + row * H + u0);
-            Copy<kUnits>(tc, units, tc_out->typed_data() + row * H + u0);
+            Store(s.c_old, units, c_prev->typed_data() + row * H + u0);
+            Store(s.tc, units, tc_out->typed_data() + row * H + u0);
             Copy<kUnits>(hr, units, h_prev->typed_data() + row * H + u0);
           }
           const bool keep = pm == nullptr || pm[t * B + r] != 0.f;
-          if (keep) Copy<kUnits>(c_new, units, cr), Copy<kUnits>(h_new, units, hr);
-          float* y = py + row * H + u0;
-          if (keep) {
-            Copy<kUnits>(h_new, units, y);
-          } else {
-            for (int q = 0; q < units; ++q) y[q] = 0.f;
-          }
+          if (keep) Store(s.c, units, cr), Store(s.h, units, hr);
+          Store(keep ? s.h : Half{}, units, py + row * H + u0);
           float* an = a_next + r * H + u0;
           if (prd != nullptr) {
             for (int q = 0; q < units; ++q) an[q] = hr[q] * prd[r * H + u0 + q];

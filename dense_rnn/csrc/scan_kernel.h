@@ -93,6 +93,70 @@ inline void Copy(const float* src, int n, float* dst) {
   }
 }
 
+// An LSTM panel's kNR columns hold the 4 gates [i | f | g | o] of kUnits hidden units (the
+// LSTM kernels' packing): two vectors, [i | f] and [g | o], of two gates' halves each.
+constexpr int kUnits = kNR / 4;
+typedef float Half __attribute__((vector_size(kUnits * 4), aligned(4)));  // a gate's units
+
+// `units` (<= kUnits) floats from p as a Half, the rest zero; and back.
+inline Half Load(const float* p, int units) {
+  Half v = {};
+  if (units == kUnits) {
+    std::memcpy(&v, p, sizeof v);
+  } else {
+    for (int q = 0; q < units; ++q) v[q] = p[q];
+  }
+  return v;
+}
+inline void Store(const Half& v, int units, float* p) {
+  if (units == kUnits) {
+    std::memcpy(p, &v, sizeof v);
+  } else {
+    for (int q = 0; q < units; ++q) p[q] = v[q];
+  }
+}
+
+// Two halves as one vector [a | b], and a half of one, in registers: a vector stored in two
+// halves and loaded whole waits for the stores to land (no store-to-load forwarding), a
+// stall that cost the LSTM kernels' forward steps more than their products.
+template <size_t... I>
+inline Vec Join(Half a, Half b, std::index_sequence<I...>) {
+  return __builtin_shufflevector(a, b, I...);
+}
+inline Vec Join(Half a, Half b) { return Join(a, b, std::make_index_sequence<kVL>{}); }
+template <size_t Lo, size_t... I>
+inline Half Part(Vec v, std::index_sequence<I...>) {
+  return __builtin_shufflevector(v, v, (Lo + I)...);
+}
+template <size_t Lo>
+inline Half Part(Vec v) { return Part<Lo>(v, std::make_index_sequence<kUnits>{}); }
+
+// s of the vector [g | o]: s tanh(s x) + 1 - s is tanh for g, sigmoid for o.
+inline const Vec kGateScale = [] {
+  Vec s;
+  for (int q = 0; q < kVL; ++q) s[q] = q < kUnits ? 1.f : 0.5f;
+  return s;
+}();
+
+// One row of an LSTM panel's step, cells.lstm_gates and cells.lstm_update: z, the row of
+// the panel's tile, holds the recurrent products of the gates; x, the row's input
+// projection at the panel's first unit (gate g at x + g * H); c, its c_{t-1}. Leaves the
+// gates' activations in z; c_old, c, tc and h are c_{t-1}, c_t, tanh(c_t) and h_t.
+struct LstmUnits {
+  LstmUnits(float* z, const float* x, int64_t H, const float* c_prev, int units) {
+    Vec* zv = reinterpret_cast<Vec*>(z);
+    const Vec if_ = zv[0] + Join(Load(x, units), Load(x + H, units));
+    const Vec go = zv[1] + Join(Load(x + 2 * H, units), Load(x + 3 * H, units));
+    zv[0] = 0.5f * Tanh(0.5f * if_) + 0.5f;
+    zv[1] = kGateScale * Tanh(kGateScale * go) + (1.f - kGateScale);
+    c_old = Load(c_prev, units);
+    c = Part<kUnits>(zv[0]) * c_old + Part<0>(zv[0]) * Part<0>(zv[1]);
+    tc = Tanh(c);
+    h = Part<kUnits>(zv[1]) * tc;
+  }
+  Half c_old, c, tc, h;
+};
+
 using TileFn = void (*)(const float*, int64_t, const float*, int64_t, float*);
 
 template <int... R>
