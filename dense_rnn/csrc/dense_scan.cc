@@ -206,9 +206,17 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xw, Buffer h0, Buffer 
       const int64_t r0 = groups.First(group), p = t % k, width = P.R[p] * H;
       const int rows = groups.Rows(group);
       const float* rec0 = history.data() + r0 * slots + P.lo[p] * H;
+      for (int i = 0; t + 1 < T && i < rows; ++i) {  // the next step's xw, toward L2
+        const char* next = reinterpret_cast<const char*>(px + P.Row(r0 + i, t + 1) * G);
+        for (int64_t at = 0; at < G * 4; at += 64) __builtin_prefetch(next + at, 0, 2);
+      }
       for (int64_t j = 0; j < P.PA; ++j) {  // r and z of units [u0, u0 + units), x~ * tile(r)
         const int64_t u0 = j * kHalf;
         const int units = static_cast<int>(std::min<int64_t>(kHalf, H - u0));
+        for (int i = 0; i < rows && u0 + 2 * kHalf < H; ++i) {  // panel j + 2's, toward L1
+          const float* x = px + P.Row(r0 + i, t) * G + u0 + 2 * kHalf;
+          __builtin_prefetch(x, 0, 3), __builtin_prefetch(x + H, 0, 3);
+        }
         kTiles[rows - 1](rec0, slots, packed + at_a[p] + j * width * kNR, width, tile);
         for (int i = 0; i < rows; ++i) {  // in vectors of kHalf units, stored `units`
           const int64_t b = r0 + i;
@@ -241,6 +249,10 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xw, Buffer h0, Buffer 
       for (int64_t j = 0; j < P.PB; ++j) {  // n and h_t of units [u0, u0 + units)
         const int64_t u0 = j * kNR;
         const int units = static_cast<int>(std::min<int64_t>(kNR, H - u0));
+        for (int i = 0; i < rows && u0 + kNR < H; ++i) {  // panel j + 1's n, toward L1
+          const float* x = px + P.Row(r0 + i, t) * G + n0 + u0 + kNR;
+          __builtin_prefetch(x, 0, 3), __builtin_prefetch(x + kVL, 0, 3);
+        }
         kTiles[rows - 1](gated(r0, t), save ? width : widest, packed + at_b[p] + j * width * kNR,
                          width, tile);
         for (int i = 0; i < rows; ++i) {  // in vectors of kNR units, stored `units`
@@ -361,6 +373,13 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dh_last, 
       const int rows = groups.Rows(group);
       // A': the gradient of h_t, then those of n's and z's pre-activations
       const bool block_ends = t + 1 < T ? (t + 1) % k == 0 : t == -1;
+      for (int64_t b = r0; t > 0 && b < r0 + rows; ++b) {  // the next step's rows, toward L2
+        const int64_t row = P.Row(b, t - 1);
+        Prefetch(pa + row * G, G), Prefetch(pdy + row * H, H);
+        for (int gated = 0; gated < P.Operands(); ++gated) {
+          Prefetch(P.Op(ops, t - 1, b, gated), P.R[(t - 1) % k] * H);
+        }
+      }
       for (int64_t b = r0; b < r0 + rows; ++b) {
         float* dslot = dhistory.data() + b * slots;
         float* dhb = dh + b * H;
@@ -626,6 +645,11 @@ ffi::Error LstmBackward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dc_la
       const int64_t r0 = groups.First(group), t = T - 1 - step;
       const int rows = groups.Rows(group);
       const bool block_ends = t + 1 < T ? (t + 1) % k == 0 : t == -1;
+      for (int64_t b = r0; t > 0 && b < r0 + rows; ++b) {  // the next step's rows, toward L2
+        const int64_t row = P.Row(b, t - 1);
+        Prefetch(acts.typed_data() + row * G, G);
+        for (const Buffer* a : {&tc, &c_prev, &dys}) Prefetch(a->typed_data() + row * H, H);
+      }
       for (int64_t b = r0; b < r0 + rows; ++b) {  // A'
         float* dslot = dhistory.data() + b * slots;
         float* dhb = dh + b * H;

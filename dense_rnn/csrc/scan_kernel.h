@@ -82,6 +82,12 @@ void Tile(const float* a, int64_t lda, const float* panel, int64_t k_size, float
   }
 }
 
+// Asks for the n floats at p in L2, ahead of their use.
+inline void Prefetch(const float* p, int64_t n) {
+  const char* at = reinterpret_cast<const char*>(p);
+  for (int64_t i = 0; i < n * 4; i += 64) __builtin_prefetch(at + i, 0, 2);
+}
+
 // dst[0:n] = src[0:n] for n <= N, without a call to memmove: a whole panel's N units as
 // one vector move.
 template <int N>
