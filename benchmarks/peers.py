@@ -366,6 +366,20 @@ def naive_dense_cell(cell: str, p: dict, w_hh: list[Array], x: Array, update: Ar
     return jnp.swapaxes(hs, 0, 1)
 
 
+def dense_layer_port(cell: str, k: int) -> Callable[[Any, Array], tuple[None, Array]]:
+    """A ``DenseRecurrent(cell, H, k)`` layer (eq. 2-3) as ``naive_dense_cell``, on the
+    layer's variables: ``apply(variables, x) -> (None, ys)`` (no final carry)."""
+
+    def apply(variables, x):
+        p = variables["params"]
+        time = x.shape[1]
+        update = jnp.ones(x.shape[:2], bool)
+        w_hh = [p[f"w_hh_{n}"] for n in range(1, k + 1)]
+        return None, naive_dense_cell(cell, p, w_hh, x, update, jnp.arange(time) % k, False)
+
+    return apply
+
+
 def hm_port(depths: tuple[int, ...], strided: bool = False, cell: str = "gru") -> Port:
     """HM-DenseGRU (Zhao et al. eq. 4-8), or HM-DenseRNN / HM-DenseLSTM by ``cell``, on
     ``HMTextClassifier``'s (``net="hm"``) parameters.

@@ -104,13 +104,14 @@ def _commit() -> str:
 
 # Instruction-set extensions that decide a CPU's matrix-product speed: two machines that
 # report the same model name can differ here (AMX makes bfloat16 products ~4x faster).
-_CPU_FEATURES = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile",
-                 "amx_bf16", "amx_int8")
+_CPU_FEATURES = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vp2intersect",
+                 "amx_tile", "amx_bf16", "amx_int8")
 
 
 def cpu_info() -> tuple[str, list[str]]:
-    """The CPU's model name and which of ``_CPU_FEATURES`` it has (Linux; elsewhere the
-    processor name and no features)."""
+    """The CPU's model name, with its family and model numbers where given (a VM may name
+    two generations alike: "AMD EPYC" is family 25 on a Zen 4, 26 on a Zen 5), and which of
+    ``_CPU_FEATURES`` it has (Linux; elsewhere the processor name and no features)."""
     try:
         with open("/proc/cpuinfo") as f:
             lines = f.read().splitlines()
@@ -121,8 +122,10 @@ def cpu_info() -> tuple[str, list[str]]:
         key, _, value = line.partition(":")
         field.setdefault(key.strip(), value.strip())
     flags = set(field.get("flags", "").split())
-    return (field.get("model name", platform.processor()),
-            [f for f in _CPU_FEATURES if f in flags])
+    name = field.get("model name", platform.processor())
+    if "cpu family" in field:
+        name += f" (family {field['cpu family']}, model {field.get('model', '?')})"
+    return name, [f for f in _CPU_FEATURES if f in flags]
 
 
 def environment() -> dict:

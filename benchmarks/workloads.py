@@ -264,6 +264,45 @@ def stack_workload(name: str) -> Workload:
     )
 
 
+def dense_layer_workload(cell: str, batch: int = 32, time: int = 400, features: int = 128,
+                         k: int = 2, inputs: int = 300) -> Workload:
+    """One dense-block layer alone, as a user who imports it runs it: the first layer of
+    HM-DenseRNN / GRU / LSTM 128 (``k = 2``, reading the 300-d embeddings) at IMDB's length,
+    ``dense_block.DenseRecurrent`` forward and the gradients of every weight and of the
+    input of ``sum(y * r)`` (``r`` fixed and random); against the ``lax.scan`` port of the
+    same layer on the same parameters (``peers.naive_dense_cell``). How the dense-block
+    kernel is timed alone (``benchmarks.ab``, ``--xla_scans_peer``)."""
+    from dense_rnn.dense_block import DenseRecurrent
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch, time, inputs), np.float32)
+    r = rng.standard_normal((batch, time, features), np.float32)
+    layer = DenseRecurrent(cell, features, k)
+
+    def jax_impl(apply) -> Step:
+        on_device = jax.device_put((x, r))
+        params = jax.jit(layer.init)(jax.random.key(0), on_device[0])
+
+        @jax.jit
+        def grads(params, x, r):
+            return jax.grad(lambda p, x: (apply(p, x)[1] * r).sum(), (0, 1))(params, x)
+
+        return _jax_loop(lambda: ([], grads(params, *on_device)), [],
+                         lambda _: grads.lower(params, *on_device).compile())
+
+    g = {"rnn": 1, "gru": 3, "lstm": 4}[cell] * features
+    rows = batch * time
+    return Workload(
+        name=f"dense{cell}_layer k={k} B={batch} T={time} H={features}", unit="tok/s",
+        items=rows, flops=flops.TRAIN_FACTOR * (flops.matmul(rows, inputs, g)
+                                                + flops.matmul(rows, features, g)),
+        gemm_flops=flops.matmul(rows, inputs, g),
+        impls={OURS: lambda: jax_impl(layer.apply),
+               PORT: lambda: jax_impl(peers.dense_layer_port(cell, k)),
+               **gemm_impls(rows, inputs, g)},
+    )
+
+
 def classifier_workload(c: ClassifierConfig, batch: int, time: int,
                         ports: dict[str, peers.Port], forward_flops: Callable,
                         gemm_shape: tuple[int, int, int], vocab_size: int = 20_000,
@@ -378,6 +417,9 @@ WORKLOADS: dict[str, Callable[[], Workload]] = {
     "hm_densernn": lambda: hm_workload("hm_densernn_128"),
     "hm_denselstm": lambda: hm_workload("hm_denselstm_128"),
     "denselstm": lambda: hm_workload("denselstm_128"),  # one dense layer, k = 4
+    # A dense-block layer alone, as imported (the kernel's own A/Bs).
+    "densegru_layer": lambda: dense_layer_workload("gru"),
+    "denselstm_layer": lambda: dense_layer_workload("lstm"),
     "eval_zaremba_medium": lambda: lm_workload("zaremba_medium", train=False),
     "eval_godin_dense_200x2": lambda: lm_workload("godin_dense_200x2", train=False),
     # bfloat16 compute (float32 parameters) in every implementation.

@@ -22,6 +22,7 @@ from jax.experimental import rnn
 from benchmarks import ab, binary, flops, peers, profile, run, workloads
 from dense_rnn import precision, stack
 from dense_rnn.configs import ptb
+from dense_rnn.dense_block import DenseRecurrent
 from dense_rnn.errors import UserError
 from dense_rnn.train import classify, lm
 from tests.conftest import REPO
@@ -137,6 +138,9 @@ def test_results_record_the_cpus_matrix_extensions(monkeypatch, tmp_path):
     assert run.cpu_info() == ("Some Xeon", ["avx2", "fma", "avx512f", "amx_tile", "amx_bf16"])
     env = run.environment()
     assert env["cpu"] == "Some Xeon" and env["cpu_features"][-1] == "amx_bf16"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\n"
+                       "model\t\t: 2\nmodel name\t: AMD EPYC\nflags\t\t: avx2 avx512f\n")
+    assert run.cpu_info()[0] == "AMD EPYC (family 26, model 2)"  # the generation, by number
     assert env["cpus_usable"] == len(os.sched_getaffinity(0))  # XLA's thread count
 
 
@@ -195,6 +199,21 @@ def test_a_bare_lstm_stack_runs_its_peers_and_has_no_lm_targets():
     table = run.targets_markdown([{"workload": w.name, "unit": w.unit, "lm": w.lm,
                                    "rows": rows}], gpu=False)
     assert table.splitlines()[2] == f"| {w.name} | 2.00 | 90.0% |"  # unmarked
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_a_dense_layer_alone_runs_its_port_which_computes_the_layer(cell):
+    w = workloads.dense_layer_workload(cell, 4, 9, 12, k=2, inputs=7)
+    g = {"gru": 3, "lstm": 4}[cell] * 12
+    # forward, d(input) and d(weight) of the input projection and the recurrent products
+    assert not w.lm and w.items == 36 and w.flops == 3 * (2 * 36 * 7 * g + 2 * 36 * 12 * g)
+    for name in ("ours", workloads.PORT):
+        w.impls[name]()()  # built, and one step run
+    layer = DenseRecurrent(cell, 12, 2)
+    x = jax.random.normal(jax.random.key(0), (4, 9, 7))
+    variables = layer.init(jax.random.key(1), x)
+    np.testing.assert_allclose(peers.dense_layer_port(cell, 2)(variables, x)[1],
+                               layer.apply(variables, x)[1], rtol=1e-5, atol=1e-6)
 
 
 def test_without_a_roofline_no_row_has_a_gemm_fraction():

@@ -70,6 +70,36 @@ struct Plan {
 
 inline float Sigmoid(float x) { return 0.5f * Tanh(0.5f * x) + 0.5f; }
 
+// A forward product's panels of w (rows, G), from column c0: panel j, row i holds `gates`
+// gates of `units` hidden units each, column q = g * units + v the weight of unit
+// u = j * units + v of gate g, w[i][c0 + g * H + u] (0 past H).
+void PackGates(const float* w, int64_t rows, int64_t G, int64_t H, int64_t c0, int gates,
+               float* out) {
+  const int units = kNR / gates;
+  const int64_t panels = (H + units - 1) / units;
+  for (int64_t j = 0; j < panels; ++j) {
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int q = 0; q < kNR; ++q) {
+        const int64_t u = j * units + q % units;
+        out[(j * rows + i) * kNR + q] = u < H ? w[i * G + c0 + (q / units) * H + u] : 0.f;
+      }
+    }
+  }
+}
+
+// A backward product's panels of w (rows, G) transposed, over its first `cols` columns:
+// panel j, row i holds w[c][i] for the rows c = j * kNR + q (0 past `rows`).
+void PackTransposed(const float* w, int64_t rows, int64_t G, int64_t cols, float* out) {
+  for (int64_t j = 0; j * kNR < rows; ++j) {
+    for (int64_t i = 0; i < cols; ++i) {
+      for (int q = 0; q < kNR; ++q) {
+        const int64_t c = j * kNR + q;
+        out[(j * cols + i) * kNR + q] = c < rows ? w[c * G + i] : 0.f;
+      }
+    }
+  }
+}
+
 // The plan of w and a (B, T, G) operand seq, or an error.
 ffi::Error ReadPlan(const char* name, const Buffer& w, const Buffer& seq, int64_t k,
                     bool block_start, int gates, std::unique_ptr<Plan>& plan) {
@@ -178,23 +208,8 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xw, Buffer h0, Buffer 
   float* packed = Scratch(size);
   for (int64_t p = 0; p < k; ++p) {
     const float* wp = pw + P.wrow[p] * G;
-    for (int64_t j = 0; j < P.PA; ++j) {
-      for (int64_t i = 0; i < P.R[p] * H; ++i) {
-        for (int q = 0; q < kNR; ++q) {
-          const int64_t u = j * kHalf + q % kHalf;
-          packed[at_a[p] + (j * P.R[p] * H + i) * kNR + q] =
-              u < H ? wp[i * G + (q / kHalf) * H + u] : 0.f;
-        }
-      }
-    }
-    for (int64_t j = 0; j < P.PB; ++j) {
-      for (int64_t i = 0; i < P.R[p] * H; ++i) {
-        for (int q = 0; q < kNR; ++q) {
-          const int64_t u = j * kNR + q;
-          packed[at_b[p] + (j * P.R[p] * H + i) * kNR + q] = u < H ? wp[i * G + n0 + u] : 0.f;
-        }
-      }
-    }
+    if (gru) PackGates(wp, P.R[p] * H, G, H, 0, 2, packed + at_a[p]);
+    PackGates(wp, P.R[p] * H, G, H, n0, 1, packed + at_b[p]);
   }
   for (int64_t b = 0; b < B; ++b) std::copy_n(h + b * H, H, history.data() + b * slots);
 
@@ -340,25 +355,9 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dh_last, 
   for (int64_t p = 0; p < k; ++p) {
     const float* wp = pw + P.wrow[p] * G;
     for (int64_t s = 0; s < P.R[p]; ++s) {
-      for (int64_t j = 0; j < P.PB; ++j) {
-        float* panel = packed + at_b[p] + (s * P.PB + j) * H * kNR;
-        for (int64_t i = 0; i < H; ++i) {
-          for (int q = 0; q < kNR; ++q) {
-            const int64_t u = j * kNR + q;
-            panel[i * kNR + q] = u < H ? wp[(s * H + u) * G + n0 + i] : 0.f;
-          }
-        }
-      }
+      PackTransposed(wp + s * H * G + n0, H, G, H, packed + at_b[p] + s * P.PB * H * kNR);
     }
-    for (int64_t j = 0; j < P.pc[p] && gru; ++j) {
-      float* panel = packed + at_c[p] + j * 2 * H * kNR;
-      for (int64_t i = 0; i < 2 * H; ++i) {
-        for (int q = 0; q < kNR; ++q) {
-          const int64_t c = j * kNR + q;
-          panel[i * kNR + q] = c < P.R[p] * H ? wp[c * G + i] : 0.f;
-        }
-      }
-    }
+    if (gru) PackTransposed(wp, P.R[p] * H, G, 2 * H, packed + at_c[p]);
   }
 
   const RowGroups groups(B);
@@ -517,16 +516,7 @@ ffi::Error LstmForward(ffi::ThreadPool pool, Buffer w, Buffer xw, Buffer c0, Buf
   for (int64_t p = 0; p < k; ++p) at[p] = size, size += panels * P.R[p] * H * kNR;
   float* packed = Scratch(size);
   for (int64_t p = 0; p < k; ++p) {
-    const float* wp = pw + P.wrow[p] * G;
-    for (int64_t j = 0; j < panels; ++j) {
-      for (int64_t i = 0; i < P.R[p] * H; ++i) {
-        for (int q = 0; q < kNR; ++q) {
-          const int64_t u = j * kUnits + q % kUnits;
-          packed[at[p] + (j * P.R[p] * H + i) * kNR + q] =
-              u < H ? wp[i * G + (q / kUnits) * H + u] : 0.f;
-        }
-      }
-    }
+    PackGates(pw + P.wrow[p] * G, P.R[p] * H, G, H, 0, 4, packed + at[p]);
   }
   for (int64_t b = 0; b < B; ++b) std::copy_n(h + b * H, H, history.data() + b * slots);
 
@@ -623,16 +613,7 @@ ffi::Error LstmBackward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dc_la
   for (int64_t p = 0; p < k; ++p) at[p] = size, size += P.pc[p] * G * kNR;
   float* packed = Scratch(size);
   for (int64_t p = 0; p < k; ++p) {
-    const float* wp = pw + P.wrow[p] * G;
-    for (int64_t j = 0; j < P.pc[p]; ++j) {
-      float* panel = packed + at[p] + j * G * kNR;
-      for (int64_t i = 0; i < G; ++i) {
-        for (int q = 0; q < kNR; ++q) {
-          const int64_t col = j * kNR + q;
-          panel[i * kNR + q] = col < P.R[p] * H ? wp[col * G + i] : 0.f;
-        }
-      }
-    }
+    PackTransposed(pw + P.wrow[p] * G, P.R[p] * H, G, G, packed + at[p]);
   }
 
   const RowGroups groups(B);
