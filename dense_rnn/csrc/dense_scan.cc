@@ -461,8 +461,10 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dh_last, 
 // The dense LSTM (cell "lstm" of dense_block: cells.lstm_step with U h_{t-1} replaced by
 // U x~_t). Its step is one product, x~ W^(n), over panels of kUnits units and their 4 gates
 // (lstm_scan.cc's packing), the gates and the state update beside each panel's tile
-// (LstmUnits); the history and its slots are the GRU's. x~ is copied out first (the saved operand), as the
-// step's last panel writes slot 0.
+// (LstmUnits); the history and its slots are the GRU's. x~ is copied out first (the saved
+// operand), as the step's last panel writes slot 0. The step's xw rows lie T x 4H floats
+// apart: the next step's are asked for in L2 as a step starts, the panel after next's in
+// L1 before each tile.
 
 // Forward. w (sum_n R_n H, 4H); xw (B, T, 4H) = W1 x_t + b, gates [i, f, g, o]; c0, h0 (B,
 // H); mask (B, T) or empty. Results: ys (B, T, H), c, h (B, H) and, unless empty, the
