@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import optax
 from jax.experimental import rnn
 
+from dense_rnn import cells
 from dense_rnn.hm_stack import layer_schedule, update_points
 from dense_rnn.models.dc_bilstm import masked_mean
 from dense_rnn.precision import cast_floating
@@ -324,7 +325,7 @@ def naive_dense_cell(cell: str, p: dict, w_hh: list[Array], x: Array, update: Ar
     block's first update is read by every update of the block (eq. 5). Returns ``h`` at
     every step."""
     batch = x.shape[0]
-    n = w_hh[0].shape[1] // {"rnn": 1, "gru": 3, "lstm": 4}[cell]
+    n = w_hh[0].shape[1] // cells.get_cell(cell).gates
     first = int(block_start)  # slots: [carried state,] the block's updates
 
     def step(w, state, x_t, rec):  # state: (h,) or the LSTM's (h, c)

@@ -21,10 +21,11 @@ from jax import Array
 from jax.experimental import rnn
 
 from benchmarks import flops, peers
-from dense_rnn import precision, stack
+from dense_rnn import cells, precision, stack
 from dense_rnn.configs import ptb
 from dense_rnn.configs.classifier import ClassifierConfig
 from dense_rnn.configs.dc_bilstm import dense_features
+from dense_rnn.dense_block import DenseRecurrent
 from dense_rnn.train import classify, lm
 
 Step = Callable[[], None]
@@ -272,8 +273,6 @@ def dense_layer_workload(cell: str, batch: int = 32, time: int = 400, features: 
     input of ``sum(y * r)`` (``r`` fixed and random); against the ``lax.scan`` port of the
     same layer on the same parameters (``peers.naive_dense_cell``). How the dense-block
     kernel is timed alone (``benchmarks.ab``, ``--xla_scans_peer``)."""
-    from dense_rnn.dense_block import DenseRecurrent
-
     rng = np.random.default_rng(0)
     x = rng.standard_normal((batch, time, inputs), np.float32)
     r = rng.standard_normal((batch, time, features), np.float32)
@@ -290,7 +289,7 @@ def dense_layer_workload(cell: str, batch: int = 32, time: int = 400, features: 
         return _jax_loop(lambda: ([], grads(params, *on_device)), [],
                          lambda _: grads.lower(params, *on_device).compile())
 
-    g = {"rnn": 1, "gru": 3, "lstm": 4}[cell] * features
+    g = cells.get_cell(cell).gates * features
     rows = batch * time
     return Workload(
         name=f"dense{cell}_layer k={k} B={batch} T={time} H={features}", unit="tok/s",
@@ -395,7 +394,7 @@ def hm_workload(config: str = "hm_densegru_128", batch: int = 32, time: int = 40
     c, _ = classify.get_config(config)
     a = c.model_args
     depths, cell = tuple(a["depths"]), a["cell"]
-    gates = {"rnn": 1, "gru": 3, "lstm": 4}[cell]
+    gates = cells.get_cell(cell).gates
     return classifier_workload(
         c, batch, time, {PORT: peers.hm_port(depths, cell=cell),
                          f"{PORT} (strided)": peers.hm_port(depths, strided=True, cell=cell)},

@@ -59,6 +59,14 @@ struct Plan {
   }
   int64_t Row(int64_t b, int64_t t) const { return b * T + t; }
   int64_t Slots() const { return k + 1; }  // of a row's history, H floats each
+  // Backward, at step t (-1: before the first): where the block after t read carry_t as
+  // its slot 0, adds that slot's gradient dslot[0:H] into the row's dh and restarts its
+  // slots' gradients for the block ending at t.
+  void EndBlock(int64_t t, float* dslot, float* dh) const {
+    if (t + 1 < T ? (t + 1) % k != 0 : t != -1) return;
+    for (int64_t u = 0; u < H; ++u) dh[u] += dslot[u];
+    std::fill_n(dslot, Slots() * H, 0.f);
+  }
   int64_t Operands() const { return gru ? 2 : 1; }  // saved a position: x~ (, x~ * tile(r))
   // Where step t's x~ (gated: the GRU's x~ * tile(r)) of batch row b lies in ops.
   template <typename F>
@@ -222,8 +230,7 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xw, Buffer h0, Buffer 
       const int rows = groups.Rows(group);
       const float* rec0 = history.data() + r0 * slots + P.lo[p] * H;
       for (int i = 0; t + 1 < T && i < rows; ++i) {  // the next step's xw, toward L2
-        const char* next = reinterpret_cast<const char*>(px + P.Row(r0 + i, t + 1) * G);
-        for (int64_t at = 0; at < G * 4; at += 64) __builtin_prefetch(next + at, 0, 2);
+        Prefetch(px + P.Row(r0 + i, t + 1) * G, G);
       }
       for (int64_t j = 0; j < P.PA; ++j) {  // r and z of units [u0, u0 + units), x~ * tile(r)
         const int64_t u0 = j * kHalf;
@@ -371,7 +378,6 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dh_last, 
       const int64_t r0 = groups.First(group), t = T - 1 - step;
       const int rows = groups.Rows(group);
       // A': the gradient of h_t, then those of n's and z's pre-activations
-      const bool block_ends = t + 1 < T ? (t + 1) % k == 0 : t == -1;
       for (int64_t b = r0; t > 0 && b < r0 + rows; ++b) {  // the next step's rows, toward L2
         const int64_t row = P.Row(b, t - 1);
         Prefetch(pa + row * G, G), Prefetch(pdy + row * H, H);
@@ -382,10 +388,7 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dh_last, 
       for (int64_t b = r0; b < r0 + rows; ++b) {
         float* dslot = dhistory.data() + b * slots;
         float* dhb = dh + b * H;
-        if (block_ends) {  // the block after t read carry_t as its slot 0: add, restart
-          for (int64_t u = 0; u < H; ++u) dhb[u] += dslot[u];
-          std::fill_n(dslot, slots, 0.f);
-        }
+        P.EndBlock(t, dslot, dhb);
         if (t < 0) continue;
         const int64_t p = t % k, row = P.Row(b, t);
         const float* a = pa + row * G;
@@ -530,8 +533,7 @@ ffi::Error LstmForward(ffi::ThreadPool pool, Buffer w, Buffer xw, Buffer c0, Buf
       const int64_t r0 = groups.First(group), p = t % k, width = P.R[p] * H;
       const int rows = groups.Rows(group);
       for (int i = 0; t + 1 < T && i < rows; ++i) {  // the next step's xw, toward L2
-        const char* next = reinterpret_cast<const char*>(px + P.Row(r0 + i, t + 1) * G);
-        for (int64_t at = 0; at < G * 4; at += 64) __builtin_prefetch(next + at, 0, 2);
+        Prefetch(px + P.Row(r0 + i, t + 1) * G, G);
       }
       for (int i = 0; i < rows; ++i) {  // x~, as the panels below write the history
         std::copy_n(history.data() + (r0 + i) * slots + P.lo[p] * H, width, rec(r0 + i, t));
@@ -627,7 +629,6 @@ ffi::Error LstmBackward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dc_la
     steps.Run(member, members, [&](int64_t group, int64_t step) {
       const int64_t r0 = groups.First(group), t = T - 1 - step;
       const int rows = groups.Rows(group);
-      const bool block_ends = t + 1 < T ? (t + 1) % k == 0 : t == -1;
       for (int64_t b = r0; t > 0 && b < r0 + rows; ++b) {  // the next step's rows, toward L2
         const int64_t row = P.Row(b, t - 1);
         Prefetch(acts.typed_data() + row * G, G);
@@ -636,10 +637,7 @@ ffi::Error LstmBackward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dc_la
       for (int64_t b = r0; b < r0 + rows; ++b) {  // A'
         float* dslot = dhistory.data() + b * slots;
         float* dhb = dh + b * H;
-        if (block_ends) {  // the block after t read carry_t as its slot 0: add, restart
-          for (int64_t u = 0; u < H; ++u) dhb[u] += dslot[u];
-          std::fill_n(dslot, slots, 0.f);
-        }
+        P.EndBlock(t, dslot, dhb);
         if (t < 0) continue;
         const int64_t p = t % k, row = P.Row(b, t);
         float* dz = pdx + row * G;
