@@ -78,33 +78,24 @@ struct Plan {
 
 inline float Sigmoid(float x) { return 0.5f * Tanh(0.5f * x) + 0.5f; }
 
-// A forward product's panels of w (rows, G), from column c0: panel j, row i holds `gates`
-// gates of `units` hidden units each, column q = g * units + v the weight of unit
-// u = j * units + v of gate g, w[i][c0 + g * H + u] (0 past H).
-void PackGates(const float* w, int64_t rows, int64_t G, int64_t H, int64_t c0, int gates,
-               float* out) {
-  const int units = kNR / gates;
-  const int64_t panels = (H + units - 1) / units;
-  for (int64_t j = 0; j < panels; ++j) {
-    for (int64_t i = 0; i < rows; ++i) {
-      for (int q = 0; q < kNR; ++q) {
-        const int64_t u = j * units + q % units;
-        out[(j * rows + i) * kNR + q] = u < H ? w[i * G + c0 + (q / units) * H + u] : 0.f;
-      }
-    }
+// A forward product's panels of w (rows, G), from column c0, `gates` gates of kNR / gates
+// units each (scan_kernel.h's PackGates), panel after panel.
+void PackGatePanels(const float* w, int64_t rows, int64_t G, int64_t H, int64_t c0, int gates,
+                    float* out) {
+  const int64_t units = kNR / gates;
+  for (int64_t j = 0; j * units < H; ++j) {
+    float* panel = out + j * rows * kNR;
+    if (gates == 4) PackGates<kNR / 4>(w, rows, G, H, c0, j, panel);
+    if (gates == 2) PackGates<kNR / 2>(w, rows, G, H, c0, j, panel);
+    if (gates == 1) PackGates<kNR>(w, rows, G, H, c0, j, panel);
   }
 }
 
-// A backward product's panels of w (rows, G) transposed, over its first `cols` columns:
-// panel j, row i holds w[c][i] for the rows c = j * kNR + q (0 past `rows`).
-void PackTransposed(const float* w, int64_t rows, int64_t G, int64_t cols, float* out) {
+// A backward product's panels of w (rows, G) transposed over its first `cols` columns
+// (scan_kernel.h's PackTransposed), panel after panel.
+void PackTransposedPanels(const float* w, int64_t rows, int64_t G, int64_t cols, float* out) {
   for (int64_t j = 0; j * kNR < rows; ++j) {
-    for (int64_t i = 0; i < cols; ++i) {
-      for (int q = 0; q < kNR; ++q) {
-        const int64_t c = j * kNR + q;
-        out[(j * cols + i) * kNR + q] = c < rows ? w[c * G + i] : 0.f;
-      }
-    }
+    PackTransposed(w, rows, G, cols, j, out + j * cols * kNR);
   }
 }
 
@@ -216,8 +207,8 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xw, Buffer h0, Buffer 
   float* packed = Scratch(size);
   for (int64_t p = 0; p < k; ++p) {
     const float* wp = pw + P.wrow[p] * G;
-    if (gru) PackGates(wp, P.R[p] * H, G, H, 0, 2, packed + at_a[p]);
-    PackGates(wp, P.R[p] * H, G, H, n0, 1, packed + at_b[p]);
+    if (gru) PackGatePanels(wp, P.R[p] * H, G, H, 0, 2, packed + at_a[p]);
+    PackGatePanels(wp, P.R[p] * H, G, H, n0, 1, packed + at_b[p]);
   }
   for (int64_t b = 0; b < B; ++b) std::copy_n(h + b * H, H, history.data() + b * slots);
 
@@ -362,9 +353,9 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dh_last, 
   for (int64_t p = 0; p < k; ++p) {
     const float* wp = pw + P.wrow[p] * G;
     for (int64_t s = 0; s < P.R[p]; ++s) {
-      PackTransposed(wp + s * H * G + n0, H, G, H, packed + at_b[p] + s * P.PB * H * kNR);
+      PackTransposedPanels(wp + s * H * G + n0, H, G, H, packed + at_b[p] + s * P.PB * H * kNR);
     }
-    if (gru) PackTransposed(wp, P.R[p] * H, G, 2 * H, packed + at_c[p]);
+    if (gru) PackTransposedPanels(wp, P.R[p] * H, G, 2 * H, packed + at_c[p]);
   }
 
   const RowGroups groups(B);
@@ -521,7 +512,7 @@ ffi::Error LstmForward(ffi::ThreadPool pool, Buffer w, Buffer xw, Buffer c0, Buf
   for (int64_t p = 0; p < k; ++p) at[p] = size, size += panels * P.R[p] * H * kNR;
   float* packed = Scratch(size);
   for (int64_t p = 0; p < k; ++p) {
-    PackGates(pw + P.wrow[p] * G, P.R[p] * H, G, H, 0, 4, packed + at[p]);
+    PackGatePanels(pw + P.wrow[p] * G, P.R[p] * H, G, H, 0, 4, packed + at[p]);
   }
   for (int64_t b = 0; b < B; ++b) std::copy_n(h + b * H, H, history.data() + b * slots);
 
@@ -617,7 +608,7 @@ ffi::Error LstmBackward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dc_la
   for (int64_t p = 0; p < k; ++p) at[p] = size, size += P.pc[p] * G * kNR;
   float* packed = Scratch(size);
   for (int64_t p = 0; p < k; ++p) {
-    PackTransposed(pw + P.wrow[p] * G, P.R[p] * H, G, G, packed + at[p]);
+    PackTransposedPanels(pw + P.wrow[p] * G, P.R[p] * H, G, G, packed + at[p]);
   }
 
   const RowGroups groups(B);

@@ -104,18 +104,8 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xs, Buffer c0, Buffer 
       const int64_t carry0 = d * B * H;  // direction d's rows of a carry
       float* pd = packed + d * panels * H * kNR;
       const float* prd = pr ? pr + carry0 : nullptr;
-      if (stage == 0) {  // item (d, j) packs W_d's rows [H j / panels, H (j + 1) / panels) ...
-        const float* wd = pw + d * H * G;
-        for (int64_t k = H * j / panels; k < H * (j + 1) / panels; ++k) {
-          for (int64_t i = 0; i < panels; ++i) {  // row by row, for the TLB's sake
-            const int units = static_cast<int>(std::min<int64_t>(kUnits, H - i * kUnits));
-            for (int g = 0; g < 4; ++g) {
-              float* p = pd + (i * H + k) * kNR + g * kUnits;
-              Copy<kUnits>(wd + k * G + g * H + i * kUnits, units, p);
-              std::fill(p + units, p + kUnits, 0.f);
-            }
-          }
-        }
+      if (stage == 0) {  // item (d, j) packs W_d's panel j, right before its first product ...
+        PackGates<kUnits>(pw + d * H * G, H, G, H, 0, j, pd + j * H * kNR);
         for (int64_t r = 0; r < B; ++r) {  // ... and panel j's h_0
           for (int64_t u = j * kUnits; u < std::min((j + 1) * kUnits, H); ++u) {
             hin[0][carry0 + r * H + u] = h[carry0 + r * H + u] * (prd ? prd[r * H + u] : 1.f);
@@ -218,13 +208,7 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dc_last, 
       const int64_t u_lo = j * kNR, u_hi = std::min(u_lo + kNR, H);
       float* pd = packed + (d * panels + j) * G * kNR;
       if (stage == 0) {
-        const float* wd = pw + d * H * G;
-        for (int64_t k = 0; k < G; ++k) {
-          for (int q = 0; q < kNR; ++q) {
-            const int64_t u = j * kNR + q;
-            pd[k * kNR + q] = u < H ? wd[u * G + k] : 0.f;
-          }
-        }
+        PackTransposed(pw + d * H * G, H, G, G, j, pd);
         return;
       }
       const int64_t t = T - stage;

@@ -99,6 +99,62 @@ inline void Copy(const float* src, int n, float* dst) {
   }
 }
 
+// Panel j of a forward product's weight w (rows, ld), from column c0: row i holds the
+// kNR / Units gates of Units hidden units each, column g * Units + v the weight of unit
+// u = j * Units + v of gate g, w[i][c0 + g * H + u] (0 past H).
+template <int Units>
+void PackGates(const float* w, int64_t rows, int64_t ld, int64_t H, int64_t c0, int64_t j,
+               float* out) {
+  const int units = static_cast<int>(std::min<int64_t>(Units, H - j * Units));
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int g = 0; g < kNR / Units; ++g) {
+      float* p = out + i * kNR + g * Units;
+      Copy<Units>(w + i * ld + c0 + g * H + j * Units, units, p);
+      std::fill(p + units, p + Units, 0.f);
+    }
+  }
+}
+
+// The rows r[0:kVL] transposed in registers: r[c][q] = the old r[q][c]. One butterfly a bit
+// of the lane index: lanes whose row and column differ in bit D change places.
+template <int D, size_t... C>
+inline void Swap(Vec& a, Vec& b, std::index_sequence<C...>) {
+  const Vec lo = __builtin_shufflevector(a, b, ((C & D) ? kVL + C - D : C)...);
+  const Vec hi = __builtin_shufflevector(a, b, ((C & D) ? kVL + C : C + D)...);
+  a = lo, b = hi;
+}
+template <int D = kVL / 2>
+inline void Transpose(Vec* r) {
+  for (int i = 0; i < kVL; ++i) {
+    if ((i & D) == 0) Swap<D>(r[i], r[i + D], std::make_index_sequence<kVL>{});
+  }
+  if constexpr (D > 1) Transpose<D / 2>(r);
+}
+
+// Panel j of a backward product's weight w (rows, ld) transposed, over its first `cols`
+// columns: row i holds w[c][i] for the rows c = j * kNR + q (0 past `rows`); kVL x kVL
+// blocks transposed in registers.
+inline void PackTransposed(const float* w, int64_t rows, int64_t ld, int64_t cols, int64_t j,
+                           float* out) {
+  for (int64_t c0 = j * kNR; c0 < (j + 1) * kNR; c0 += kVL) {
+    const int n = static_cast<int>(std::clamp<int64_t>(rows - c0, 0, kVL));
+    float* o = out + c0 - j * kNR;
+    int64_t i = 0;
+    for (; i + kVL <= cols; i += kVL) {
+      Vec r[kVL];
+      for (int q = 0; q < kVL; ++q) {
+        r[q] = Vec{};
+        if (q < n) std::memcpy(&r[q], w + (c0 + q) * ld + i, sizeof(Vec));
+      }
+      Transpose(r);
+      for (int q = 0; q < kVL; ++q) std::memcpy(o + (i + q) * kNR, &r[q], sizeof(Vec));
+    }
+    for (; i < cols; ++i) {
+      for (int q = 0; q < kVL; ++q) o[i * kNR + q] = q < n ? w[(c0 + q) * ld + i] : 0.f;
+    }
+  }
+}
+
 // An LSTM panel's kNR columns hold the 4 gates [i | f | g | o] of kUnits hidden units (the
 // LSTM kernels' packing): two vectors, [i | f] and [g | o], of two gates' halves each.
 constexpr int kUnits = kNR / 4;
