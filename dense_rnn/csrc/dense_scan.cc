@@ -113,30 +113,22 @@ ffi::Error ReadPlan(const char* name, const Buffer& w, const Buffer& seq, int64_
 }
 
 // The saved operands' buffers (Plan::Op): Operands() k of them, position p's (blocks, B,
-// R[p] H).
-ffi::Error ReadOps(const ffi::RemainingRets& rets, const Plan& P, std::vector<float*>& ops,
+// R[p] H); from the results (F = float) or the arguments (F = const float).
+template <typename Remaining, typename F>
+ffi::Error ReadOps(const Remaining& buffers, const Plan& P, std::vector<F*>& ops,
                    const char* name) {
-  for (size_t i = 0; i < rets.size(); ++i) {
-    auto buffer = rets.get<Buffer>(i);
-    if (buffer.has_error()) return buffer.error();
-    ops.push_back((*buffer)->typed_data());
-    if (Count(**buffer) != P.blocks * P.B * P.R[i / P.Operands()] * P.H) break;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    auto got = buffers.template get<Buffer>(i);
+    if (got.has_error()) return got.error();
+    const Buffer& buffer = [&]() -> const Buffer& {
+      if constexpr (std::is_const_v<F>) return *got;
+      else return **got;
+    }();
+    ops.push_back(buffer.typed_data());
+    if (Count(buffer) != P.blocks * P.B * P.R[i / P.Operands()] * P.H) break;
   }
   return Check(static_cast<int64_t>(ops.size()) == P.Operands() * P.k &&
-                   ops.size() == rets.size(),
-               name, "the operands' buffers differ from the plan");
-}
-
-ffi::Error ReadOps(const ffi::RemainingArgs& args, const Plan& P,
-                   std::vector<const float*>& ops, const char* name) {
-  for (size_t i = 0; i < args.size(); ++i) {
-    auto buffer = args.get<Buffer>(i);
-    if (buffer.has_error()) return buffer.error();
-    ops.push_back(buffer->typed_data());
-    if (Count(*buffer) != P.blocks * P.B * P.R[i / P.Operands()] * P.H) break;
-  }
-  return Check(static_cast<int64_t>(ops.size()) == P.Operands() * P.k &&
-                   ops.size() == args.size(),
+                   ops.size() == buffers.size(),
                name, "the operands' buffers differ from the plan");
 }
 
@@ -643,14 +635,10 @@ ffi::Error LstmBackward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dc_la
         const float* dnext = p + 1 < k ? dslot + (p + 1) * H : nullptr;
         float* dcb = dc + b * H;
         for (int64_t u = 0; u < H; ++u) {  // h_t's gradient reaches no later carry but x~'s
-          const float ig = ai[u], fg = ai[H + u], gg = ai[2 * H + u], og = ai[3 * H + u];
-          const float dho = dhb[u] + dy[u] + (dnext ? dnext[u] : 0.f);
-          const float dc_new = dcb[u] + dho * og * (1.f - tcr[u] * tcr[u]);
-          dz[u] = dc_new * gg * ig * (1.f - ig);
-          dz[H + u] = dc_new * cpr[u] * fg * (1.f - fg);
-          dz[2 * H + u] = dc_new * ig * (1.f - gg * gg);
-          dz[3 * H + u] = dho * tcr[u] * og * (1.f - og);
-          dcb[u] = dc_new * fg;
+          const LstmGrads<float> g(ai[u], ai[H + u], ai[2 * H + u], ai[3 * H + u], tcr[u],
+                                   cpr[u], dhb[u] + dy[u] + (dnext ? dnext[u] : 0.f), dcb[u]);
+          for (int q = 0; q < 4; ++q) dz[q * H + u] = g.dz[q];
+          dcb[u] = g.dc_old;
           dhb[u] = 0.f;
         }
       }

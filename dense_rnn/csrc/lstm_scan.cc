@@ -258,15 +258,11 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dc_last, 
               return x;
             };
             auto put = [u](float* p, V x) { std::memcpy(p + u, &x, sizeof x); };
-            const V ig = at(ai), fg = at(af), gg = at(ag), og = at(ao), tcv = at(tcr);
-            const V dho = at(dhr) + at(dyr);
-            const V dc_new = at(dcr) + dho * og * (1.f - tcv * tcv);
-            put(dzi, dc_new * gg * ig * (1.f - ig));
-            put(dzf, dc_new * at(cpr) * fg * (1.f - fg));
-            put(dzg, dc_new * ig * (1.f - gg * gg));
-            put(dzo, dho * tcv * og * (1.f - og));
+            const LstmGrads<V> g(at(ai), at(af), at(ag), at(ao), at(tcr), at(cpr),
+                                 at(dhr) + at(dyr), at(dcr));
+            put(dzi, g.dz[0]), put(dzf, g.dz[1]), put(dzg, g.dz[2]), put(dzo, g.dz[3]);
             put(dhp, V{});
-            put(dcr, dc_new * fg);
+            put(dcr, g.dc_old);
           };
           int64_t u = u_lo;
           for (; u + kVL <= u_hi; u += kVL) gates(Vec{}, u);

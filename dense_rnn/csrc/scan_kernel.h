@@ -219,6 +219,22 @@ struct LstmUnits {
   Half c_old, c, tc, h;
 };
 
+// recurrent._lstm_scan_bwd's step for units as floats or vectors V: from the gates'
+// activations, tanh(c_t), c_{t-1} and the gradients dh of h_t and dc of c_t, the gates'
+// pre-activation gradients dz [i, f, g, o] and that of c_{t-1}.
+template <typename V>
+struct LstmGrads {
+  LstmGrads(V ig, V fg, V gg, V og, V tc, V c_prev, V dh, V dc) {
+    const V dc_new = dc + dh * og * (1.f - tc * tc);
+    dz[0] = dc_new * gg * ig * (1.f - ig);
+    dz[1] = dc_new * c_prev * fg * (1.f - fg);
+    dz[2] = dc_new * ig * (1.f - gg * gg);
+    dz[3] = dh * tc * og * (1.f - og);
+    dc_old = dc_new * fg;
+  }
+  V dz[4], dc_old;
+};
+
 using TileFn = void (*)(const float*, int64_t, const float*, int64_t, float*);
 
 template <int... R>
