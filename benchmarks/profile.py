@@ -32,7 +32,7 @@ from dense_rnn.cli import run_script
 
 # Transformation and call frames of an op_name, left out of a kernel's part.
 _WRAPPERS = ("jit(", "jvp(", "transpose(", "vmap(", "closed_call", "checkpoint", "remat",
-             "body", "cond")
+             "body", "cond", "branch_")
 # Runtime and Python frames in the trace; everything else is a kernel (thunk) or a loop.
 _NOT_KERNELS = ("$", "ThunkExecutor", "SlinkyThreadPool", "PjitFunction", "PjRt", "Common",
                 "step ", "Handle inputs", "ParseArguments", "AllocateOutputBuffers")

@@ -134,7 +134,7 @@ def environment() -> dict:
     import jax
     import optax
 
-    from dense_rnn import blas, dense_kernel, lstm_kernel
+    from dense_rnn import blas, dense_kernel, lstm_kernel, softmax_kernel
 
     try:
         import torch
@@ -157,10 +157,12 @@ def environment() -> dict:
         "env": {k: os.environ.get(k, "")
                 for k in (*FAST_MALLOC_ENV, "OMP_WAIT_POLICY", "XLA_FLAGS",
                           "XLA_PYTHON_CLIENT_PREALLOCATE", "DENSE_RNN_BLAS",
-                          "DENSE_RNN_LSTM_KERNEL", "DENSE_RNN_DENSE_KERNEL")},
+                          "DENSE_RNN_LSTM_KERNEL", "DENSE_RNN_DENSE_KERNEL",
+                          "DENSE_RNN_SOFTMAX_KERNEL")},
         "blas_products": blas.available(),  # ours' large float32 products: the BLAS's
         "lstm_kernel": lstm_kernel.available(),  # ours' float32 LSTM scans: the C++ kernel
         "dense_kernel": dense_kernel.available(),  # ours' float32 dense-block scans in C++
+        "softmax_kernel": softmax_kernel.available(),  # ours' softmax backward in C++
     }
 
 
@@ -323,7 +325,8 @@ def own_stdout() -> TextIO:
 # Variants of ours, each ours' builder in a worker of its own under another environment,
 # timed beside ours: --triton_peer, under XLA's default Triton GEMM, which the binaries turn
 # off on a GPU (``platform.GPU_XLA_FLAGS``); --xla_products_peer, with every product XLA's
-# where ours calls the BLAS (``dense_rnn/blas.py``, Intel CPUs); --xla_scans_peer, with the
+# where ours calls the BLAS (``dense_rnn/blas.py``, Intel CPUs) or the softmax layer's C++
+# backward (``dense_rnn/softmax_kernel.py``, other AVX-512 CPUs); --xla_scans_peer, with the
 # LSTM and dense-block scans XLA's where ours runs the C++ kernels (``dense_rnn/lstm_kernel.py``,
 # ``dense_rnn/dense_kernel.py``).
 TRITON = "ours, Triton GEMM"
@@ -331,7 +334,7 @@ _TRITON_FLAG = "--xla_gpu_enable_triton_gemm=true"
 XLA_PRODUCTS = "ours, XLA products"
 XLA_SCANS = "ours, XLA scans"
 VARIANTS = (TRITON, XLA_PRODUCTS, XLA_SCANS)
-_VARIANT_ENV = {XLA_PRODUCTS: {"DENSE_RNN_BLAS": "off"},
+_VARIANT_ENV = {XLA_PRODUCTS: {"DENSE_RNN_BLAS": "off", "DENSE_RNN_SOFTMAX_KERNEL": "off"},
                 XLA_SCANS: {"DENSE_RNN_LSTM_KERNEL": "off", "DENSE_RNN_DENSE_KERNEL": "off"}}
 
 
@@ -347,6 +350,7 @@ def worker_env(impl: str) -> dict[str, str]:
     """A worker's environment: this process's, except that PyTorch's keeps
     OpenMP's default wait policy (unless the user set one), ``TRITON``'s XLA flags are the
     user's with Triton GEMM on, ``XLA_PRODUCTS``'s has ``DENSE_RNN_BLAS=off`` and
+    ``DENSE_RNN_SOFTMAX_KERNEL=off``, and
     ``XLA_SCANS``'s ``DENSE_RNN_LSTM_KERNEL=off`` and ``DENSE_RNN_DENSE_KERNEL=off``."""
     if impl in _VARIANT_ENV:
         return {**os.environ, **_VARIANT_ENV[impl]}
@@ -683,8 +687,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
                         "ignores the flag, an A/A run: the pairing's noise)")
     p.add_argument("--xla_products_peer", action="store_true",
                    help=f"also time ours with every product XLA's ({XLA_PRODUCTS!r}: "
-                        "DENSE_RNN_BLAS=off), in a worker of its own: a paired ratio of ours' "
-                        "BLAS products (dense_rnn/blas.py, on Intel CPUs) against XLA's")
+                        "DENSE_RNN_BLAS=off, DENSE_RNN_SOFTMAX_KERNEL=off), in a worker of "
+                        "its own: a paired ratio of ours' BLAS products (dense_rnn/blas.py, on "
+                        "Intel CPUs) and C++ softmax backward (dense_rnn/softmax_kernel.py, on "
+                        "other AVX-512 CPUs) against XLA's")
     p.add_argument("--xla_scans_peer", action="store_true",
                    help=f"also time ours with the LSTM and dense-block scans XLA's "
                         f"({XLA_SCANS!r}: DENSE_RNN_LSTM_KERNEL=off, DENSE_RNN_DENSE_KERNEL=off), "

@@ -6,7 +6,8 @@ Every ``csrc/*.cc`` is compiled into one shared library with the system C++ comp
 ``~/.cache/dense_rnn``) under a key of the sources, the headers, the JAX version and the
 CPU (its model and flags). Each handler of ``HANDLERS`` is registered as the XLA CPU target
 ``target(name)``. Where no compiler is found or the build fails, ``library()`` says why and
-the callers (``blas``, ``lstm_kernel``, ``dense_kernel``) keep XLA's own kernels.
+the callers (``blas``, ``lstm_kernel``, ``dense_kernel``, ``softmax_kernel``) keep XLA's own
+kernels.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ MODES = ("auto", "on", "off")
 HANDLERS = {"sgemm": "DenseRnnSgemm", "lstm_forward": "DenseRnnLstmForward",
             "lstm_backward": "DenseRnnLstmBackward", "gru_forward": "DenseRnnGruForward",
             "gru_backward": "DenseRnnGruBackward", "dense_lstm_forward": "DenseRnnDenseLstmForward",
-            "dense_lstm_backward": "DenseRnnDenseLstmBackward"}
+            "dense_lstm_backward": "DenseRnnDenseLstmBackward",
+            "softmax_backward": "DenseRnnSoftmaxBackward"}
 _CSRC = os.path.join(os.path.dirname(__file__), "csrc")
 _SOURCES = sorted(glob.glob(os.path.join(_CSRC, "*.cc")))
 _HEADERS = sorted(glob.glob(os.path.join(_CSRC, "*.h")))
@@ -167,10 +169,16 @@ def optional(x: jax.Array | None) -> jax.Array:
 def note(compute_dtype: str) -> str:
     """What a binary's start-up line adds: which C++ kernels its float32 steps run ("" for
     none)."""
-    from dense_rnn import blas, dense_kernel, lstm_kernel  # they build on this module
+    from dense_rnn import (  # they build on this module
+        blas,
+        dense_kernel,
+        lstm_kernel,
+        softmax_kernel,
+    )
 
     if compute_dtype != "float32":
         return ""
     return (", large products through OpenBLAS" if blas.available() else "") + (
         ", LSTM scans in C++" if lstm_kernel.available() else "") + (
-        ", dense-block scans in C++" if dense_kernel.available() else "")
+        ", dense-block scans in C++" if dense_kernel.available() else "") + (
+        ", the softmax layer's backward in C++" if softmax_kernel.available() else "")

@@ -14,7 +14,9 @@ more row of the ``dW`` product, ``[x, 1]^T dlogits``. The forward pass saves
 ``exp(logits - shift)`` (which its normaliser needs anyway) and the reciprocals of its row
 sums rather than the logits, so the backward's softmax is one product per element instead
 of another ``exp`` over the (tokens, vocab) array. The shift is an upper bound of each row's
-maximum, ``max(x W) + max(b)``, so the biased logits are never written out (``_nll``).
+maximum, ``max(x W) + max(b)``, so the biased logits are never written out (``_nll``). In
+float32 on AVX-512 CPUs but Intel's the whole backward pass is one C++ call
+(``softmax_kernel``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import DTypeLike
 
-from dense_rnn import precision
+from dense_rnn import precision, softmax_kernel
 
 Array = jax.Array
 
@@ -103,11 +105,24 @@ def _bwd(
     residuals: tuple[Array, Array, Array, Array, Array, Array], g: Array
 ) -> tuple[Array, Array, Array, None]:
     x2, kernel, e, inv_total, targets, bias = residuals
-    onehot = jnp.arange(e.shape[-1]) == targets.reshape(-1, 1)
-    d = ((e * inv_total[:, None] - onehot) * g.reshape(-1, 1)).astype(x2.dtype)
-    dx = precision.matmul_nt(d, kernel).astype(x2.dtype).reshape(*targets.shape, x2.shape[-1])
-    dw, db = precision.matmul_tn_colsum(x2, d)
+    operands = (x2, kernel, e, inv_total, targets.reshape(-1), g.reshape(-1))
+    if softmax_kernel.applies(x2, kernel, e, inv_total, g):
+        dx, dw, db = jax.lax.platform_dependent(*operands, cpu=softmax_kernel.backward,
+                                                default=_xla_grads)
+    else:
+        dx, dw, db = _xla_grads(*operands)
+    dx = dx.astype(x2.dtype).reshape(*targets.shape, x2.shape[-1])
     return dx, dw.astype(kernel.dtype), db.astype(bias.dtype), None
+
+
+def _xla_grads(x2: Array, kernel: Array, e: Array, inv_total: Array, targets: Array, g: Array
+               ) -> tuple[Array, Array, Array]:
+    """``(dx, dW, db)`` of the flattened layer (``softmax_kernel.backward``'s operands) in
+    XLA: one elementwise pass writes ``dlogits``, then the products."""
+    onehot = jnp.arange(e.shape[-1]) == targets[:, None]
+    d = ((e * inv_total[:, None] - onehot) * g[:, None]).astype(x2.dtype)
+    dw, db = precision.matmul_tn_colsum(x2, d)
+    return precision.matmul_nt(d, kernel), dw, db
 
 
 softmax_cross_entropy.defvjp(_fwd, _bwd)

@@ -517,6 +517,7 @@ def test_targets_table_marks_what_meets_issue_5s_targets(monkeypatch):
 
 def test_profile_reports_kernels_of_a_tiny_workload(monkeypatch):
     monkeypatch.setenv("DENSE_RNN_LSTM_KERNEL", "off")  # the scans as XLA's kernels
+    monkeypatch.setenv("DENSE_RNN_SOFTMAX_KERNEL", "off")  # and the softmax layer's products
     out = profile.main(["tiny_lm", "--steps", "2", "--min_ms", "0"])
     assert out.startswith("step ms: ") and len(out.splitlines()[0].split()) == 4
     assert "fastest step" in out and "while" in out  # the LSTM scans are kernels too
@@ -531,6 +532,8 @@ def test_profile_parts_from_op_names():
                         "dot_general") == "rnn/layer_0 backward, in scan: products"
     assert profile.part("jit(step)/jvp(LM)/embed/jit(_take)/gather") == "embed forward"
     assert profile.part("jit(step)/add").startswith("outside the model")
+    assert profile.part("jit(step)/transpose(jvp(LM))/softmax/branch_0_fun/ffi_call") == (
+        "softmax backward")  # a kernel chosen by jax.lax.platform_dependent
     assert profile.part("").startswith("no op_name")
 
 

@@ -34,6 +34,12 @@ constexpr int kMR = 6;  // 2 * kMR accumulators of 16 registers
 constexpr int kNR = 2 * kVL;  // columns of a register tile: a panel's width
 
 typedef float Vec __attribute__((vector_size(kVL * 4), aligned(4)));
+// lane i holds i
+inline const Vec kLane = [] {
+  Vec v;
+  for (int i = 0; i < kVL; ++i) v[i] = static_cast<float>(i);
+  return v;
+}();
 
 using Buffer = ffi::Buffer<ffi::F32>;
 using Result = ffi::ResultBuffer<ffi::F32>;
@@ -61,11 +67,15 @@ inline V Tanh(V x) {
   return (x < zero ? -x : x) < small ? x : x * p / q;
 }
 
-// out[r][0:kNR] = sum_k a[r * lda + k] * panel[k][0:kNR] for r < R: a register tile.
-template <int R>
+// out[r][0:kNR] = sum_k a[r * lda + k] * panel[k][0:kNR] for r < R: a register tile; with
+// Add, out[r][0:kNR] += that sum.
+template <int R, bool Add = false>
 void Tile(const float* a, int64_t lda, const float* panel, int64_t k_size, float* out) {
   Vec acc0[R], acc1[R];
-  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = Vec{};
+  for (int r = 0; r < R; ++r) {
+    acc0[r] = Add ? *reinterpret_cast<const Vec*>(out + r * kNR) : Vec{};
+    acc1[r] = Add ? *reinterpret_cast<const Vec*>(out + r * kNR + kVL) : Vec{};
+  }
   for (int64_t k = 0; k < k_size; ++k) {
     const Vec w0 = *reinterpret_cast<const Vec*>(panel + k * kNR);
     const Vec w1 = *reinterpret_cast<const Vec*>(panel + k * kNR + kVL);
@@ -237,11 +247,12 @@ struct LstmGrads {
 
 using TileFn = void (*)(const float*, int64_t, const float*, int64_t, float*);
 
-template <int... R>
+template <bool Add, int... R>
 constexpr auto MakeTiles(std::integer_sequence<int, R...>) {
-  return std::array<TileFn, sizeof...(R)>{&Tile<R + 1>...};
+  return std::array<TileFn, sizeof...(R)>{&Tile<R + 1, Add>...};
 }
-constexpr auto kTiles = MakeTiles(std::make_integer_sequence<int, kMR>{});
+constexpr auto kTiles = MakeTiles<false>(std::make_integer_sequence<int, kMR>{});
+constexpr auto kAddTiles = MakeTiles<true>(std::make_integer_sequence<int, kMR>{});
 
 // A buffer of at least n floats for the calling thread, kept for its next call: the
 // packed weights would otherwise be fresh pages, faulted in at every call.

@@ -1,0 +1,112 @@
+"""The C++ backward pass of the softmax layer (``dense_rnn/softmax_kernel.py``,
+``csrc/softmax_grad.cc``): its gradients against a float64 NumPy reference and XLA's
+backward, on shapes off its register tiles and blocks, and which steps take it."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dense_rnn import native, softmax, softmax_kernel
+from dense_rnn.errors import UserError
+from tests.conftest import lm_step_off_and_on
+
+# tokens off the 6- or 10-row tiles, features off the 16- or 32-column panels, vocabularies
+# off the panels, the 8-panel chunks and the 256-entry blocks; one of each
+SHAPES = [(1, 1, 1), (7, 5, 13), (23, 37, 300), (41, 70, 1000), (400, 200, 10000)]
+
+
+@pytest.fixture
+def kernel_on(monkeypatch):
+    """The kernel on whatever the CPU (skipped where it cannot build)."""
+    monkeypatch.setenv(softmax_kernel.VARIABLE, "on")
+    if not softmax_kernel.available():
+        pytest.skip("the C++ kernels cannot be built or loaded here")
+
+
+def operands(n, d, v, seed=0):
+    """The backward's operands as ``softmax._fwd`` saves them, a target in the last column."""
+    k = jax.random.split(jax.random.key(seed), 5)
+    x, w = jax.random.normal(k[0], (n, d)), 0.3 * jax.random.normal(k[1], (d, v))
+    b, g = jax.random.normal(k[2], (v,)), jax.random.normal(k[4], (n,))
+    y = jax.random.randint(k[3], (n,), 0, v).at[-1].set(v - 1)
+    x2, kernel, e, inv_total, targets, _ = softmax._fwd(x, w, b, y)[1]
+    return x2, kernel, e, inv_total, targets, g
+
+
+def numpy_grads(x, w, e, inv_total, y, g):
+    """``d = g (e / sum(e) - onehot(y))``, ``dx = d W^T``, ``dW = x^T d``, ``db = 1^T d``."""
+    x, w, e, inv_total, g = (np.asarray(a, np.float64) for a in (x, w, e, inv_total, g))
+    d = g[:, None] * (e * inv_total[:, None] - np.eye(w.shape[1])[np.asarray(y)])
+    return d @ w.T, x.T @ d, d.sum(0)
+
+
+@pytest.mark.parametrize("n, d, v", SHAPES)
+def test_matches_float64_numpy(kernel_on, n, d, v):
+    ops = operands(n, d, v)
+    got = jax.jit(softmax_kernel.backward)(*ops)
+    for a, want in zip(got, numpy_grads(*ops), strict=True):
+        assert a.shape == want.shape and a.dtype == jnp.float32
+        np.testing.assert_allclose(a, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("n, d, v", SHAPES[1:])
+def test_matches_xlas_backward(kernel_on, n, d, v):
+    ops = operands(n, d, v, seed=1)
+    got, want = jax.jit(softmax_kernel.backward)(*ops), jax.jit(softmax._xla_grads)(*ops)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * np.abs(b).max())
+
+
+def test_same_results_whatever_the_team(kernel_on):
+    """Called again, and beside another call XLA may run at once: bit for bit the same."""
+    a, b = operands(41, 70, 1000), operands(41, 70, 1000, seed=2)
+    both = jax.jit(lambda a, b: (softmax_kernel.backward(*a), softmax_kernel.backward(*b)))(a, b)
+    for got, ops in zip(both, (a, b), strict=True):
+        for g, w in zip(got, jax.jit(softmax_kernel.backward)(*ops), strict=True):
+            np.testing.assert_array_equal(g, w)
+
+
+def uses_kernel(x, w, b, y) -> bool:
+    """Whether the layer's gradient, traced now, calls the kernel."""
+    grad = jax.grad(lambda x, w, b: softmax.softmax_cross_entropy(x, w, b, y).sum(), (0, 1, 2))
+    return native.target("softmax_backward") in jax.jit(grad).lower(x, w, b).as_text()
+
+
+def test_which_gradients_take_the_kernel(kernel_on, monkeypatch):
+    x, w, e, _, y, _ = operands(7, 5, 13)
+    b = jnp.zeros(13)
+    assert uses_kernel(x, w, b, y)
+    assert not uses_kernel(*(a.astype(jnp.bfloat16) for a in (x, w, b)), y)
+    monkeypatch.setenv(softmax_kernel.VARIABLE, "off")
+    assert not softmax_kernel.available() and not uses_kernel(x, w, b, y)
+
+
+def test_lm_training_step_same_with_the_kernel(monkeypatch):
+    """An LM's training step with the layer's backward in C++ against XLA's: the same loss
+    and update within float32 rounding."""
+    (nll_off, new_off), (nll_on, new_on) = lm_step_off_and_on(
+        monkeypatch, softmax_kernel.VARIABLE, native.target("softmax_backward"),
+        softmax_kernel.available)
+    np.testing.assert_array_equal(nll_on, nll_off)  # the forward pass is the same
+    for got, want in zip(jax.tree.leaves(new_on), jax.tree.leaves(new_off), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_mode(monkeypatch):
+    monkeypatch.setenv(softmax_kernel.VARIABLE, "sometimes")
+    with pytest.raises(UserError, match="DENSE_RNN_SOFTMAX_KERNEL=sometimes: use one of"):
+        softmax_kernel.available()
+
+
+@pytest.mark.parametrize("vendor, flags, on", [
+    ("AuthenticAMD", "avx2 avx512f", True), ("AuthenticAMD", "avx2", False),
+    ("GenuineIntel", "avx2 avx512f", False),
+])
+def test_auto_picks_the_kernel_by_cpu(monkeypatch, vendor, flags, on):
+    """``auto``: on AVX-512 CPUs but Intel's (whose large products go to OpenBLAS)."""
+    monkeypatch.setattr(native, "cpuinfo", lambda: f"vendor_id\t: {vendor}\nflags\t\t: fpu {flags}")
+    monkeypatch.setattr(native, "cpu_backend", lambda: True)
+    monkeypatch.setattr(softmax_kernel, "_loaded", lambda: True)
+    monkeypatch.delenv(softmax_kernel.VARIABLE, raising=False)
+    assert softmax_kernel.available() == on
