@@ -88,24 +88,27 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer x, Buffer w, Buffer e, Buffer i
             const Vec y = Vec{} + static_cast<float>(py[t] - v0);  // exact below 2^24
             for (int64_t h = 0; h < 2 * c1; ++h) {  // vector h of the chunk's row t
               const int64_t q0 = h * kVL;
+              const Vec lane = kLane + static_cast<float>(q0);
+              const bool whole = q0 + kVL <= n;
               Vec ev = Vec{};
-              if (q0 + kVL <= n) {
-                std::memcpy(&ev, er + q0, sizeof(Vec));
+              if (whole) {
+                ev = *reinterpret_cast<const Vec*>(er + q0);
               } else {
                 for (int64_t q = q0; q < n; ++q) ev[q - q0] = er[q];
               }
-              const Vec d = (ev * s - (kLane + static_cast<float>(q0) == y ? 1.f : 0.f)) * gt;
-              const Vec dz = q0 + kVL <= n ? d : (kLane + static_cast<float>(q0) < static_cast<float>(n) ? d : Vec{});
-              std::memcpy(panels + ((h / 2) * N + t) * kNR + (h % 2) * kVL, &dz, sizeof(Vec));
-              sums[h] += dz;
-              if (q0 + kVL <= n) {
-                std::memcpy(dr + q0, &dz, sizeof(Vec));
+              Vec d = (ev * s - (lane == y ? 1.f : 0.f)) * gt;
+              if (!whole) d = lane < static_cast<float>(n) ? d : Vec{};
+              *reinterpret_cast<Vec*>(panels + ((h / 2) * N + t) * kNR + (h % 2) * kVL) = d;
+              sums[h] += d;
+              if (whole) {
+                *reinterpret_cast<Vec*>(dr + q0) = d;
               } else {
-                for (int64_t q = q0; q < n; ++q) dr[q] = dz[q - q0];
+                for (int64_t q = q0; q < n; ++q) dr[q] = d[q - q0];
               }
             }
           }
-          std::memcpy(db->typed_data() + v0, sums, n * sizeof(float));
+          float* out = db->typed_data() + v0;
+          for (int64_t q = 0; q < n; ++q) out[q] = sums[q / kVL][q % kVL];
           for (int64_t c = 0; c < c1; ++c) {
             const int nc = static_cast<int>(std::min<int64_t>(kNR, n - c * kNR));
             for (int64_t f = 0; f < features.count; ++f) {
@@ -113,8 +116,7 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer x, Buffer w, Buffer e, Buffer i
               const int rows = features.Rows(f);
               kTiles[rows - 1](xt + f0 * N, N, panels + c * N * kNR, N, tile);
               for (int r = 0; r < rows; ++r) {
-                std::memcpy(dw->typed_data() + (f0 + r) * V + v0 + c * kNR, tile + r * kNR,
-                            nc * sizeof(float));
+                Copy<kNR>(tile + r * kNR, nc, dw->typed_data() + (f0 + r) * V + v0 + c * kNR);
               }
             }
           }
@@ -145,8 +147,8 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer x, Buffer w, Buffer e, Buffer i
         for (int64_t p = 0; p < P; ++p) {
           const int n = static_cast<int>(std::min<int64_t>(kNR, D - p * kNR));
           for (int r = 0; r < rows; ++r) {
-            std::memcpy(dx->typed_data() + (r0 + r) * D + p * kNR,
-                        acc + ((r0 - t0) * P + p * rows + r) * kNR, n * sizeof(float));
+            Copy<kNR>(acc + ((r0 - t0) * P + p * rows + r) * kNR, n,
+                      dx->typed_data() + (r0 + r) * D + p * kNR);
           }
         }
       }
