@@ -72,6 +72,17 @@ def intel() -> bool:
     return "GenuineIntel" in cpuinfo()
 
 
+def amd_family() -> int:
+    """The CPU family of an AMD CPU (26 for Zen 5, 25 for Zen 3 and 4), 0 for another CPU."""
+    if "AuthenticAMD" not in cpuinfo():
+        return 0
+    for line in cpuinfo().splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "cpu family" and value.strip().isdigit():
+            return int(value)
+    return 0
+
+
 def avx512() -> bool:
     """Whether the CPU has AVX-512 (where the scan kernels are on by default)."""
     return " avx512f" in cpuinfo()

@@ -15,7 +15,7 @@ more row of the ``dW`` product, ``[x, 1]^T dlogits``. The forward pass saves
 sums rather than the logits, so the backward's softmax is one product per element instead
 of another ``exp`` over the (tokens, vocab) array. The shift is an upper bound of each row's
 maximum, ``max(x W) + max(b)``, so the biased logits are never written out (``_nll``). In
-float32 on AVX-512 CPUs but Intel's the whole backward pass is one C++ call
+float32 on AMD's Zen 5 and later CPUs the whole backward pass is one C++ call
 (``softmax_kernel``).
 """
 

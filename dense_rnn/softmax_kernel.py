@@ -9,9 +9,10 @@ XLA's YNNPACK product ran ``dx``, with its contraction over the whole vocabulary
 0.6-0.7x the rate of the forward product (RESULTS.md, item 61). ``tests/test_softmax.py``
 checks it against XLA's backward and float64 NumPy.
 
-``DENSE_RNN_SOFTMAX_KERNEL``: ``auto`` (default: x86-64 Linux CPUs with AVX-512 other than
-Intel's, whose large float32 products go to OpenBLAS, ``dense_rnn.blas``), ``on`` (any
-x86-64 Linux CPU), ``off`` (XLA's products).
+``DENSE_RNN_SOFTMAX_KERNEL``: ``auto`` (default: AMD CPUs of family 26, Zen 5, or later,
+with AVX-512, where it was measured; on the Zen 4 a similar C++ layer measured level with
+XLA's, item 44, and on Intel CPUs the large float32 products go to OpenBLAS,
+``dense_rnn.blas``), ``on`` (any x86-64 Linux CPU), ``off`` (XLA's products).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def available() -> bool:
     """Whether the softmax layer's float32 backward pass on the CPU runs the C++ kernel: as
     ``DENSE_RNN_SOFTMAX_KERNEL`` says, on x86-64 Linux with JAX's default backend the CPU,
     where the kernels build and load."""
-    return native.enabled(VARIABLE, native.avx512() and not native.intel(), _loaded)
+    return native.enabled(VARIABLE, native.avx512() and native.amd_family() >= 26, _loaded)
 
 
 def applies(*arrays: Array) -> bool:

@@ -99,14 +99,19 @@ def test_mode(monkeypatch):
         softmax_kernel.available()
 
 
-@pytest.mark.parametrize("vendor, flags, on", [
-    ("AuthenticAMD", "avx2 avx512f", True), ("AuthenticAMD", "avx2", False),
-    ("GenuineIntel", "avx2 avx512f", False),
+@pytest.mark.parametrize("vendor, family, flags, on", [
+    ("AuthenticAMD", 26, "avx2 avx512f", True), ("AuthenticAMD", 26, "avx2", False),
+    ("AuthenticAMD", 25, "avx2 avx512f", False), ("GenuineIntel", 6, "avx2 avx512f", False),
 ])
-def test_auto_picks_the_kernel_by_cpu(monkeypatch, vendor, flags, on):
-    """``auto``: on AVX-512 CPUs but Intel's (whose large products go to OpenBLAS)."""
-    monkeypatch.setattr(native, "cpuinfo", lambda: f"vendor_id\t: {vendor}\nflags\t\t: fpu {flags}")
+def test_auto_picks_the_kernel_by_cpu(monkeypatch, vendor, family, flags, on):
+    """``auto``: on AMD's Zen 5 (CPU family 26) and later with AVX-512, where it was measured
+    (RESULTS.md, item 61); ``on`` and ``off`` whatever the CPU."""
+    monkeypatch.setattr(native, "cpuinfo", lambda: (f"vendor_id\t: {vendor}\ncpu family\t: "
+                                                    f"{family}\nflags\t\t: fpu {flags}"))
     monkeypatch.setattr(native, "cpu_backend", lambda: True)
     monkeypatch.setattr(softmax_kernel, "_loaded", lambda: True)
     monkeypatch.delenv(softmax_kernel.VARIABLE, raising=False)
     assert softmax_kernel.available() == on
+    for value in ("on", "off"):
+        monkeypatch.setenv(softmax_kernel.VARIABLE, value)
+        assert softmax_kernel.available() == (value == "on")

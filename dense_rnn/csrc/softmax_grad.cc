@@ -82,6 +82,7 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer x, Buffer w, Buffer e, Buffer i
           const int64_t n = std::min(c1 * kNR, V - v0);  // the chunk's columns
           Vec sums[2 * kChunk] = {};
           for (int64_t t = 0; t < N; ++t) {
+            if (t + 8 < N) Prefetch(pe + (t + 8) * V + v0, n);  // rows lie 4V bytes apart
             const float s = ps[t], gt = pg[t];
             const float* er = pe + t * V + v0;
             float* dr = pd + t * V + v0;
@@ -135,9 +136,15 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer x, Buffer w, Buffer e, Buffer i
         for (int64_t gr = g0; gr < g1; ++gr) {
           const int64_t r0 = tokens.First(gr);
           const int rows = tokens.Rows(gr);
+          if (gr + 1 < g1) {  // the next group's rows of dlogits, from memory
+            for (int64_t q = tokens.First(gr + 1); q < tokens.First(gr + 2); ++q) {
+              Prefetch(pd + q * V + k0, k);
+            }
+          }
           for (int64_t p = 0; p < P; ++p) {
-            (k0 == 0 ? kTiles : kAddTiles)[rows - 1](pd + r0 * V + k0, V, wt + (k0 * P + p * k) * kNR,
-                                                     k, acc + ((r0 - t0) * P + p * rows) * kNR);
+            (k0 == 0 ? kTiles : kAddTiles)[rows - 1](
+                pd + r0 * V + k0, V, wt + (k0 * P + p * k) * kNR, k,
+                acc + ((r0 - t0) * P + p * rows) * kNR);
           }
         }
       }
