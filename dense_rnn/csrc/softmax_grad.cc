@@ -5,13 +5,20 @@
 // XLA runs this as an elementwise pass that writes dlogits, a YNNPACK product for dx (whose
 // contraction over the whole vocabulary ran at 0.6-0.7x its forward product's rate), an
 // Eigen dot for dW beside it and a reduction for db. Here the calling thread and tasks on
-// XLA's intra-op pool (OnTeam) share three stages of items (Stages):
-//  0. W^T packed into panels of kNR of its columns (PackTransposed), and x transposed;
-//  1. dlogits built kNR vocabulary columns at a time into a panel that stays in L2, and from
-//     it, by the same thread, those columns of db and of dW (register tiles over x^T), and
-//     its rows written out for stage 2;
-//  2. dx, an item a panel of its columns and half of its rows, the contraction cut into
-//     blocks of kBlock so that a block of a W^T panel stays in L2 for all the rows.
+// XLA's intra-op pool (OnTeam) share three stages of items (Stages), on the LSTM kernels'
+// register tile:
+//  0. W^T packed into panels of kNR of its columns (PackTransposed), a block of kBlock of
+//     its rows at a time, each block's panels side by side; and x transposed;
+//  1. dlogits built kChunk panels (kBlock vocabulary columns) at a time, in one pass over
+//     the rows of e (40 KB apart at PTB's vocabulary: one pass a panel was TLB-bound), into
+//     panels that stay in L2; from them, in the same thread, those columns of db and of dW
+//     (tiles over x^T); its rows written out for stage 2 past the caches (StreamStore);
+//  2. dx, each member a range of its rows, the contraction cut at the kBlock blocks, so
+//     that all the panels of a block of W^T (224-672 KB at the LM shapes) stay in L2 for
+//     all the rows; the tiles accumulate in place (Tile<R, Add>).
+// A result's arithmetic does not depend on the team's size or on who claimed what.
+#include <immintrin.h>
+
 #include "scan_kernel.h"
 
 namespace {
@@ -20,6 +27,18 @@ using namespace dense_rnn;  // NOLINT: the shared pieces of scan_kernel.h
 
 constexpr int64_t kBlock = 256;  // vocabulary entries of one block of dx's contraction
 constexpr int64_t kChunk = 8;    // dlogits' panels built in one pass over its rows
+
+// v stored at p, 4 * kVL-byte aligned, past the caches: dlogits' rows, read back from memory
+// only by stage 2, would otherwise evict the panels and x^T that stage 1 reuses.
+inline void StreamStore(float* p, const Vec& v) {
+#if defined(__AVX512F__)
+  _mm512_stream_ps(p, reinterpret_cast<const __m512&>(v));
+#elif defined(__AVX__)
+  _mm256_stream_ps(p, reinterpret_cast<const __m256&>(v));
+#else
+  *reinterpret_cast<Vec*>(p) = v;
+#endif
+}
 
 // x (N, D), w (D, V); e (N, V) = exp(logits - shift), inv_total (N) the reciprocals of its
 // row sums; targets (N); g (N) the cotangent of each token's loss. Results: dx (N, D),
@@ -57,6 +76,7 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer x, Buffer w, Buffer e, Buffer i
   float* wt = packed->typed_data();  // W^T's panels, [P][V][kNR]
   float* xt = wt + P * kNR * V;      // x^T, (D, N)
   const RowGroups tokens(N), features(D);
+  const bool stream = reinterpret_cast<uintptr_t>(pd) % sizeof(Vec) == 0 && V % kVL == 0;
   const int64_t items = 2 * P;
   Stages stages(items);
   OnTeam(pool, Threads(pool, items), [&](int member, int members) {
@@ -101,7 +121,9 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer x, Buffer w, Buffer e, Buffer i
               if (!whole) d = lane < static_cast<float>(n) ? d : Vec{};
               *reinterpret_cast<Vec*>(panels + ((h / 2) * N + t) * kNR + (h % 2) * kVL) = d;
               sums[h] += d;
-              if (whole) {
+              if (whole && stream) {
+                StreamStore(dr + q0, d);
+              } else if (whole) {
                 *reinterpret_cast<Vec*>(dr + q0) = d;
               } else {
                 for (int64_t q = q0; q < n; ++q) dr[q] = d[q - q0];
@@ -122,6 +144,7 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer x, Buffer w, Buffer e, Buffer i
             }
           }
         }
+        _mm_sfence();  // the streamed stores land before stage 2 reads them
         return;
       }
       // dx's rows of row groups [g0, g1), the first item of member m's share: m's row range
