@@ -73,7 +73,7 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer x, Buffer w, Buffer e, Buffer i
   const int32_t* py = targets.typed_data();
   const float* pg = g.typed_data();
   float* pd = d_rows->typed_data();
-  float* wt = packed->typed_data();  // W^T's panels, [P][V][kNR]
+  float* wt = packed->typed_data();  // W^T, block k0 (k rows): panel p at (k0 * P + p * k) * kNR
   float* xt = wt + P * kNR * V;      // x^T, (D, N)
   const RowGroups tokens(N), features(D);
   const bool stream = reinterpret_cast<uintptr_t>(pd) % sizeof(Vec) == 0 && V % kVL == 0;
