@@ -326,7 +326,7 @@ def own_stdout() -> TextIO:
 # timed beside ours: --triton_peer, under XLA's default Triton GEMM, which the binaries turn
 # off on a GPU (``platform.GPU_XLA_FLAGS``); --xla_products_peer, with every product XLA's
 # where ours calls the BLAS (``dense_rnn/blas.py``, Intel CPUs) or the softmax layer's C++
-# backward (``dense_rnn/softmax_kernel.py``, other AVX-512 CPUs); --xla_scans_peer, with the
+# backward (``dense_rnn/softmax_kernel.py``, AMD's Zen 5); --xla_scans_peer, with the
 # LSTM and dense-block scans XLA's where ours runs the C++ kernels (``dense_rnn/lstm_kernel.py``,
 # ``dense_rnn/dense_kernel.py``).
 TRITON = "ours, Triton GEMM"
@@ -690,7 +690,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                         "DENSE_RNN_BLAS=off, DENSE_RNN_SOFTMAX_KERNEL=off), in a worker of "
                         "its own: a paired ratio of ours' BLAS products (dense_rnn/blas.py, on "
                         "Intel CPUs) and C++ softmax backward (dense_rnn/softmax_kernel.py, on "
-                        "other AVX-512 CPUs) against XLA's")
+                        "AMD's Zen 5) against XLA's")
     p.add_argument("--xla_scans_peer", action="store_true",
                    help=f"also time ours with the LSTM and dense-block scans XLA's "
                         f"({XLA_SCANS!r}: DENSE_RNN_LSTM_KERNEL=off, DENSE_RNN_DENSE_KERNEL=off), "

@@ -180,12 +180,8 @@ def optional(x: jax.Array | None) -> jax.Array:
 def note(compute_dtype: str) -> str:
     """What a binary's start-up line adds: which C++ kernels its float32 steps run ("" for
     none)."""
-    from dense_rnn import (  # they build on this module
-        blas,
-        dense_kernel,
-        lstm_kernel,
-        softmax_kernel,
-    )
+    # they build on this module
+    from dense_rnn import blas, dense_kernel, lstm_kernel, softmax_kernel
 
     if compute_dtype != "float32":
         return ""
