@@ -67,6 +67,22 @@ def test_same_results_whatever_the_team(kernel_on):
             np.testing.assert_array_equal(g, w)
 
 
+def test_vmapped_gradients_match_one_layer_at_a_time(kernel_on):
+    """Under ``jax.vmap`` (an ensemble of layers, say) the kernel runs once per layer."""
+    k = jax.random.split(jax.random.key(3), 3)
+    x, w = jax.random.normal(k[0], (3, 7, 5)), jax.random.normal(k[1], (3, 5, 13))
+    b, y = jnp.zeros((3, 13)), jax.random.randint(k[2], (3, 7), 0, 13)
+
+    def grads(x, w, b, y):
+        loss = lambda x, w, b: softmax.softmax_cross_entropy(x, w, b, y).sum()  # noqa: E731
+        return jax.grad(loss, (0, 1, 2))(x, w, b)
+
+    together = jax.jit(jax.vmap(grads))(x, w, b, y)
+    for i in range(3):
+        for got, want in zip(together, grads(x[i], w[i], b[i], y[i]), strict=True):
+            np.testing.assert_array_equal(got[i], want)
+
+
 def uses_kernel(x, w, b, y) -> bool:
     """Whether the layer's gradient, traced now, calls the kernel."""
     grad = jax.grad(lambda x, w, b: softmax.softmax_cross_entropy(x, w, b, y).sum(), (0, 1, 2))
