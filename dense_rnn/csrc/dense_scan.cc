@@ -535,13 +535,11 @@ ffi::Error LstmForward(ffi::ThreadPool pool, Buffer w, Buffer xw, Buffer c0, Buf
                          width, tile);
         for (int i = 0; i < rows; ++i) {
           const int64_t b = r0 + i, row = P.Row(b, t);
-          float* z = tile + i * kNR;
           float* cb = c + b * H + u0;
           float* hb = h + b * H + u0;
-          const LstmUnits s(z, px + row * G + u0, H, cb, units);
+          const LstmUnits s(tile + i * kNR, px + row * G + u0, H, cb, units);
           if (save) {
-            float* ac = acts->typed_data() + row * G + u0;
-            for (int g = 0; g < 4; ++g) Copy<kUnits>(z + g * kUnits, units, ac + g * H);
+            s.StoreGates(acts->typed_data() + row * G + u0, H, units);
             Store(s.c_old, units, c_prev->typed_data() + row * H + u0);
             Store(s.tc, units, tc_out->typed_data() + row * H + u0);
           }

@@ -125,13 +125,12 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xs, Buffer c0, Buffer 
         const int units = static_cast<int>(std::min<int64_t>(kUnits, H - u0));
         for (int i = 0; i < rows; ++i) {
           const int64_t r = r0 + i, row = dims.Row(t, d, r);
-          float* z = tile + i * kNR;
           float* cr = cd + r * H + u0;
           float* hr = hd + r * H + u0;
-          const LstmUnits s(z, px + row * G + u0, H, cr, units);  // the gates and state update
+          // the gates and state update
+          const LstmUnits s(tile + i * kNR, px + row * G + u0, H, cr, units);
           if (save) {
-            float* ac = acts->typed_data() + row * G + u0;
-            for (int g = 0; g < 4; ++g) Copy<kUnits>(z + g * kUnits, units, ac + g * H);
+            s.StoreGates(acts->typed_data() + row * G + u0, H, units);
             Store(s.c_old, units, c_prev->typed_data() + row * H + u0);
             Store(s.tc, units, tc_out->typed_data() + row * H + u0);
             Copy<kUnits>(hr, units, h_prev->typed_data() + row * H + u0);

@@ -212,20 +212,30 @@ inline const Vec kGateScale = [] {
 
 // One row of an LSTM panel's step, cells.lstm_gates and cells.lstm_update: z, the row of
 // the panel's tile, holds the recurrent products of the gates; x, the row's input
-// projection at the panel's first unit (gate g at x + g * H); c, its c_{t-1}. Leaves the
-// gates' activations in z; c_old, c, tc and h are c_{t-1}, c_t, tanh(c_t) and h_t.
+// projection at the panel's first unit (gate g at x + g * H); c, its c_{t-1}. if_ and go
+// are the gates' activations [i | f] and [g | o]; c_old, c, tc and h are c_{t-1}, c_t,
+// tanh(c_t) and h_t.
 struct LstmUnits {
-  LstmUnits(float* z, const float* x, int64_t H, const float* c_prev, int units) {
-    Vec* zv = reinterpret_cast<Vec*>(z);
-    const Vec if_ = zv[0] + Join(Load(x, units), Load(x + H, units));
-    const Vec go = zv[1] + Join(Load(x + 2 * H, units), Load(x + 3 * H, units));
-    zv[0] = 0.5f * Tanh(0.5f * if_) + 0.5f;
-    zv[1] = kGateScale * Tanh(kGateScale * go) + (1.f - kGateScale);
+  LstmUnits(const float* z, const float* x, int64_t H, const float* c_prev, int units) {
+    const Vec* zv = reinterpret_cast<const Vec*>(z);
+    if_ = zv[0] + Join(Load(x, units), Load(x + H, units));
+    go = zv[1] + Join(Load(x + 2 * H, units), Load(x + 3 * H, units));
+    if_ = 0.5f * Tanh(0.5f * if_) + 0.5f;
+    go = kGateScale * Tanh(kGateScale * go) + (1.f - kGateScale);
     c_old = Load(c_prev, units);
-    c = Part<kUnits>(zv[0]) * c_old + Part<0>(zv[0]) * Part<0>(zv[1]);
+    c = Part<kUnits>(if_) * c_old + Part<0>(if_) * Part<0>(go);
     tc = Tanh(c);
-    h = Part<kUnits>(zv[1]) * tc;
+    h = Part<kUnits>(go) * tc;
   }
+
+  // The gates' activations, gate g's units at acts + g * H: stored from registers, as a
+  // half of a vector reloaded from a whole one's store waits for it to land (Join's note).
+  void StoreGates(float* acts, int64_t H, int units) const {
+    Store(Part<0>(if_), units, acts), Store(Part<kUnits>(if_), units, acts + H);
+    Store(Part<0>(go), units, acts + 2 * H), Store(Part<kUnits>(go), units, acts + 3 * H);
+  }
+
+  Vec if_, go;
   Half c_old, c, tc, h;
 };
 
