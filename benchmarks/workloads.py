@@ -139,7 +139,7 @@ def lm_workload(name: str, train: bool = True, dtype: str = "float32") -> Worklo
             return _jax_loop(evaluate, [zero_carries(batch)],
                              lambda st: eval_step.lower(params, *st, x, y).compile())
         tx = lm.make_optimizer(c, LR_STEPS_PER_EPOCH)
-        train_step = lm.make_train_step(model, tx, c.seed, dtype)
+        train_step = lm.make_train_step(model, tx, c.seed, dtype, sparse_embedding=True)
 
         def fn(p, o, cr, i):
             p, o, cr, nll = train_step(p, o, cr, x, y, i)

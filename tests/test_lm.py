@@ -127,6 +127,22 @@ def test_targets_given_in_the_carries_place_and_empty_windows():
                  model.zero_carries(2))
 
 
+def test_looked_up_rows_stand_in_for_the_embedding():
+    """``embedded``: the rows ``tokens`` look up, given in place of the lookup, give the same
+    logits and carries; rows of another shape are refused in one line."""
+    model = LanguageModel(vocab_size=11, embed_size=5, hidden_size=4, num_layers=2,
+                          connectivity="dense")
+    tokens = jax.random.randint(jax.random.key(1), (3, 6), 0, 11)
+    variables = model.init(jax.random.key(0), tokens)
+    rows = variables["params"]["embed"]["embedding"][tokens]
+    want = model.apply(variables, tokens)
+    got = model.apply(variables, tokens, embedded=rows)
+    jax.tree.map(lambda g, w: np.testing.assert_array_equal(g, w), got, want)
+    with pytest.raises(ValueError, match=r"embedded must be \(batch, time, embed_size\) = "
+                                         r"\(3, 6, 5\), .*got \(3, 6, 4\)"):
+        model.apply(variables, tokens, embedded=rows[..., :4])
+
+
 def test_init_is_uniform_in_scale():
     model = LanguageModel(vocab_size=50, embed_size=8, hidden_size=8, num_layers=2,
                           init_scale=0.05)

@@ -131,6 +131,62 @@ def test_lm_step_sums_the_nll_over_time_and_averages_over_the_batch():
     assert_trees_close(new_carries, want_carries)
 
 
+def test_embedding_rows_gradient_is_the_table_gradient():
+    """``embedding_rows_gradient``: the distinct tokens and their rows' summed gradients,
+    scattered into a zero table, are the table's gradient (``np.add.at``); the padding ids
+    lie past the table and their rows are zero."""
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, 7, (4, 5))  # 20 lookups of at most 7 words: repeats
+    d_rows = rng.normal(size=(4, 5, 3)).astype(np.float32)
+    want = np.zeros((9, 3))
+    np.add.at(want, tokens.reshape(-1), d_rows.reshape(-1, 3))
+    ids, rows = jax.jit(lm.embedding_rows_gradient, static_argnums=2)(
+        jnp.asarray(tokens), jnp.asarray(d_rows), 9)
+    ids, rows = np.asarray(ids), np.asarray(rows)
+    distinct = np.unique(tokens)
+    np.testing.assert_array_equal(ids[:distinct.size], distinct)
+    assert (ids[distinct.size:] == 9).all() and (rows[distinct.size:] == 0).all()
+    got = np.zeros((9, 3))
+    got[ids[:distinct.size]] = rows[:distinct.size]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("connectivity", ["stacked", "dense"])
+def test_sparse_embedding_step_is_the_dense_step(connectivity):
+    """``sparse_embedding``: three steps of the LM optimizer, clipping (a gradient norm over
+    ``max_grad_norm``) and dropout on, from a window with repeated words, give the dense
+    step's parameters, optimizer state, carries and NLL."""
+    c = tiny_lm(num_layers=2, dropout_rate=0.3, max_grad_norm=0.05, connectivity=connectivity)
+    model = lm.make_model(c)
+    params = lm.init_params(c, jax.random.key(0))
+    tx = lm.make_optimizer(c, steps_per_epoch=2)  # the learning rate decays in between
+    x = jax.random.randint(jax.random.key(1), (c.batch_size, c.num_steps), 0, 6)
+    y = jax.random.randint(jax.random.key(2), (c.batch_size, c.num_steps), 0, c.vocab_size)
+    runs = []
+    for sparse in (False, True):
+        step = lm.make_train_step(model, tx, c.seed, sparse_embedding=sparse)
+        state = (copy(params), tx.init(params), model.zero_carries(c.batch_size))
+        for i in range(3):
+            *state, nll = step(*state, x, y, i)
+        runs.append((state, nll))
+    (want, want_nll), (got, got_nll) = runs
+    np.testing.assert_allclose(float(got_nll), float(want_nll), rtol=1e-6)
+    assert_trees_close(got, want, rtol=1e-5, atol=1e-7)
+    grads = jax.grad(lambda p: model.apply({"params": p}, x, None, y)[0].sum())(params)
+    assert global_norm(grads) / c.batch_size > c.max_grad_norm  # the clipping was on
+
+
+def test_sparse_embedding_refuses_an_optimizer_with_state_per_parameter():
+    c = tiny_lm()
+    model, params = lm.make_model(c), lm.init_params(c, jax.random.key(0))
+    tx = optax.adam(1e-3)
+    step = lm.make_train_step(model, tx, c.seed, sparse_embedding=True)
+    x = jnp.zeros((c.batch_size, c.num_steps), jnp.int32)
+    with pytest.raises(ValueError, match="sparse_embedding needs an optimizer that keeps no "
+                                         "state per parameter"):
+        step(params, tx.init(params), model.zero_carries(c.batch_size), x, x, 0)
+
+
 def test_lm_perplexity_is_exp_mean_nll_over_the_split_from_zero_state():
     """``evaluate`` is ``exp`` of the mean NLL of one pass over ``batch`` streams from zero
     state (windows carry it on; the last window is shorter); twice the same."""

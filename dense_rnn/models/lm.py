@@ -31,7 +31,10 @@ class LanguageModel(nn.Module):
     ``targets`` (batch, time) it returns the per-token NLL ``(batch, time)`` in place of the
     logits, from the fused softmax cross-entropy (``softmax.softmax_cross_entropy``): the
     way to train. Pass the returned carries to the next window for truncated BPTT;
-    ``zero_carries`` starts a stream. With ``lengths`` (batch,), a row's carries stop at its
+    ``zero_carries`` starts a stream. ``embedded`` (batch, time, embed_size), the rows of
+    the embedding table that ``tokens`` look up, stands in for the lookup (a training step
+    that differentiates the loss with respect to those rows: ``lm.make_train_step``'s
+    ``sparse_embedding``). With ``lengths`` (batch,), a row's carries stop at its
     last real token (a batch of padded sentences); the NLL at padding positions is computed
     all the same, for the caller to mask. The recurrent layers compute in the parameters'
     dtype (bfloat16 parameters, cast for a step: bfloat16 layers), the carries cast to it
@@ -57,6 +60,7 @@ class LanguageModel(nn.Module):
     def __call__(
         self, tokens: Array, carries: tuple | None = None, targets: Array | None = None,
         deterministic: bool = True, lengths: Array | None = None,
+        embedded: Array | None = None,
     ) -> tuple[Array, tuple]:
         """``(logits or per-token NLL, final carries)``; see the class docstring."""
         recurrent.check_tokens("LanguageModel", tokens, targets)
@@ -73,7 +77,15 @@ class LanguageModel(nn.Module):
         if not 0.0 <= self.dropout_rate < 1.0:
             raise ValueError(f"LanguageModel: dropout_rate={self.dropout_rate} must be in [0, 1)")
         init = recurrent.uniform_init(self.init_scale)
-        e = nn.Embed(self.vocab_size, self.embed_size, embedding_init=init, name="embed")(tokens)
+        if embedded is None:
+            e = nn.Embed(self.vocab_size, self.embed_size, embedding_init=init,
+                         name="embed")(tokens)
+        elif embedded.shape != (*tokens.shape, self.embed_size):
+            raise ValueError(f"LanguageModel: embedded must be (batch, time, embed_size) = "
+                             f"{(*tokens.shape, self.embed_size)}, the rows tokens look up; "
+                             f"got {embedded.shape}")
+        else:
+            e = embedded
         broadcast = (1,) if self.variational else ()
         e = Dropout(self.dropout_rate, broadcast_dims=broadcast)(e, deterministic)
         if carries is None:

@@ -92,33 +92,80 @@ def make_optimizer(c: LMConfig, steps_per_epoch: int) -> optax.GradientTransform
 
 
 def make_train_step(model: LanguageModel, tx: optax.GradientTransformation, seed: int,
-                    compute_dtype: Any = jnp.float32, mesh: Mesh | None = None) -> TrainStep:
+                    compute_dtype: Any = jnp.float32, mesh: Mesh | None = None,
+                    sparse_embedding: bool = False) -> TrainStep:
     """A jitted ``(params, opt_state, carries, x, y, step) -> (params, opt_state, carries,
     nll_sum)``; ``nll_sum`` is the summed NLL of the window (for perplexity). The forward
     pass runs in ``compute_dtype``; with a ``mesh``, parameters and optimizer state stay
-    replicated and the carries batch-sharded."""
+    replicated and the carries batch-sharded.
+
+    With ``sparse_embedding`` the embedding table's gradient, zero but for the rows the
+    window looks up, is never formed: ``tx`` gets in its place the gradients of those rows
+    summed per distinct token (``embedding_rows_gradient``; their global norm is the
+    table gradient's), and its update is added to those rows alone. That is the dense step
+    for a ``tx`` that scales each gradient by factors shared by all parameters and keeps no
+    state per parameter, as ``make_optimizer``'s clipped SGD: the binaries' step, 1.01-1.04x
+    faster for it on the PTB configs (a 2-core EPYC, paired), and without the table-sized
+    gradient in memory. A ``tx`` that keeps state per parameter is refused; one that reads
+    the parameters fails, being given none.
+    """
     base_key = jax.random.key(seed)
+
+    def loss_fn(p: Any, carries: tuple, x: jax.Array, y: jax.Array, rng: jax.Array,
+                embedded: jax.Array | None = None) -> tuple[jax.Array, tuple[tuple, jax.Array]]:
+        nll, new_carries = model.apply(  # the float32 carries come back float32
+            {"params": precision.cast_floating(p, compute_dtype)}, x, carries, y,
+            deterministic=False, rngs={"dropout": rng},
+            embedded=None if embedded is None else embedded.astype(compute_dtype))
+        nll = nll.sum()
+        return nll / x.shape[0], (new_carries, nll)
 
     def train_step(params: Any, opt_state: optax.OptState, carries: tuple, x: jax.Array,
                    y: jax.Array, step: jax.Array) -> tuple[Any, optax.OptState, tuple, jax.Array]:
         rng = jax.random.fold_in(base_key, step)
+        if not sparse_embedding:
+            grads, (carries, nll) = jax.grad(loss_fn, has_aux=True)(params, carries, x, y, rng)
+            updates, opt_state = tx.update(grads, opt_state, params)
+            return optax.apply_updates(params, updates), opt_state, carries, nll
+        table = params["embed"]["embedding"]
+        rest = {k: v for k, v in params.items() if k != "embed"}
+        (grads, d_rows), (carries, nll) = jax.grad(loss_fn, argnums=(0, 5), has_aux=True)(
+            rest, carries, x, y, rng, jnp.take(table, x, axis=0))
+        ids, d_table = embedding_rows_gradient(x, d_rows, table.shape[0])
+        updates, opt_state = tx.update({**grads, "embed": {"embedding": d_table}}, opt_state)
+        new = optax.apply_updates(rest, {k: v for k, v in updates.items() if k != "embed"})
+        new["embed"] = {"embedding": table.at[ids].add(
+            updates["embed"]["embedding"].astype(table.dtype), mode="drop")}
+        return new, opt_state, carries, nll
 
-        def loss_fn(p: Any) -> tuple[jax.Array, tuple[tuple, jax.Array]]:
-            nll, new_carries = model.apply(  # the float32 carries come back float32
-                {"params": precision.cast_floating(p, compute_dtype)}, x, carries, y,
-                deterministic=False, rngs={"dropout": rng})
-            nll = nll.sum()
-            return nll / x.shape[0], (new_carries, nll)
+    def checked_step(params: Any, opt_state: optax.OptState, *args: Any) -> Any:
+        table = params["embed"]["embedding"]
+        if any(getattr(leaf, "shape", None) == table.shape
+               for leaf in jax.tree.leaves(opt_state)):
+            raise ValueError("make_train_step: sparse_embedding needs an optimizer that keeps "
+                             "no state per parameter (SGD, clipped or not: make_optimizer); "
+                             "this one keeps the embedding table's shape in its state")
+        return train_step(params, opt_state, *args)
 
-        grads, (carries, nll) = jax.grad(loss_fn, has_aux=True)(params)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, carries, nll
-
+    step = checked_step if sparse_embedding else train_step
     if mesh is None:
-        return jax.jit(train_step, donate_argnums=(0, 1, 2))
+        return jax.jit(step, donate_argnums=(0, 1, 2))
     rep = parallel.replicated(mesh)
-    return jax.jit(train_step, donate_argnums=(0, 1, 2),
+    return jax.jit(step, donate_argnums=(0, 1, 2),
                    out_shardings=(rep, rep, parallel.batch_sharded(mesh), rep))
+
+
+def embedding_rows_gradient(tokens: jax.Array, d_rows: jax.Array,
+                            vocab_size: int) -> tuple[jax.Array, jax.Array]:
+    """The embedding table's gradient from those of the rows ``tokens`` looked up
+    (``d_rows``, (*tokens.shape, E)): ``(ids, rows)``, the distinct tokens (padded to
+    ``tokens.size`` with ``vocab_size``, past the table) and each one's rows' gradients
+    summed ((tokens.size, E); zero at the padding)."""
+    flat = tokens.reshape(-1)
+    ids, where = jnp.unique(flat, size=flat.size, fill_value=vocab_size, return_inverse=True)
+    rows = jax.ops.segment_sum(d_rows.reshape(flat.size, -1), where.reshape(-1),
+                               num_segments=flat.size)
+    return ids, rows
 
 
 def make_eval_step(model: LanguageModel, compute_dtype: Any = jnp.float32) -> EvalStep:
@@ -261,7 +308,8 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
             f"device {metrics.device_description(mesh.size)}, data parallel over {mesh.size}, "
             f"{c.compute_dtype} compute{native.note(c.compute_dtype)}")
         writer = metrics.MetricsWriter(workdir, progress.global_step)
-        train_step = make_train_step(model, tx, c.seed, compute_dtype, mesh)
+        train_step = make_train_step(model, tx, c.seed, compute_dtype, mesh,
+                                     sparse_embedding=True)
         eval_step = make_eval_step(model, compute_dtype)
 
         wall_before = progress.wall_seconds
