@@ -124,7 +124,9 @@ def lm_workload(name: str, train: bool = True, dtype: str = "float32") -> Worklo
     key = jax.random.key(c.seed)
     zero_carries = lm.make_model(c).zero_carries  # every JAX implementation's carries
 
-    def jax_impl(model) -> Step:
+    def jax_impl(model, sparse_embedding: bool = False) -> Step:
+        """``model``'s step; ``sparse_embedding``: the binaries' (ours), which a peer's
+        model, without ``embedded=``, cannot take: its step forms the table's gradient."""
         x, y = jax.device_put((xs, ys))  # on the device once, as PyTorch's tensors are
         # one compiled computation, as the binary's ``lm.init_params``: eagerly, every
         # operation of the model's first call would compile on its own
@@ -139,7 +141,8 @@ def lm_workload(name: str, train: bool = True, dtype: str = "float32") -> Worklo
             return _jax_loop(evaluate, [zero_carries(batch)],
                              lambda st: eval_step.lower(params, *st, x, y).compile())
         tx = lm.make_optimizer(c, LR_STEPS_PER_EPOCH)
-        train_step = lm.make_train_step(model, tx, c.seed, dtype, sparse_embedding=True)
+        train_step = lm.make_train_step(model, tx, c.seed, dtype,
+                                        sparse_embedding=sparse_embedding)
 
         def fn(p, o, cr, i):
             p, o, cr, nll = train_step(p, o, cr, x, y, i)
@@ -197,7 +200,7 @@ def lm_workload(name: str, train: bool = True, dtype: str = "float32") -> Worklo
         name=f"{name} {'train' if train else 'eval'} B={batch} T={time}{suffix}",
         unit="tok/s", items=batch * time, flops=factor * flops.lm_forward(c, batch, time),
         gemm_flops=flops.matmul(*flops.lm_softmax_shape(c, batch, time)),
-        impls={OURS: lambda: jax_impl(lm.make_model(c)), **peer_impls,
+        impls={OURS: lambda: jax_impl(lm.make_model(c), sparse_embedding=True), **peer_impls,
                **gemm_impls(*flops.lm_softmax_shape(c, batch, time), dtype)},
         lm=True,
     )

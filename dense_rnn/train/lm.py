@@ -113,10 +113,10 @@ def make_train_step(model: LanguageModel, tx: optax.GradientTransformation, seed
 
     def loss_fn(p: Any, carries: tuple, x: jax.Array, y: jax.Array, rng: jax.Array,
                 embedded: jax.Array | None = None) -> tuple[jax.Array, tuple[tuple, jax.Array]]:
+        rows = {} if embedded is None else {"embedded": embedded.astype(compute_dtype)}
         nll, new_carries = model.apply(  # the float32 carries come back float32
             {"params": precision.cast_floating(p, compute_dtype)}, x, carries, y,
-            deterministic=False, rngs={"dropout": rng},
-            embedded=None if embedded is None else embedded.astype(compute_dtype))
+            deterministic=False, rngs={"dropout": rng}, **rows)
         nll = nll.sum()
         return nll / x.shape[0], (new_carries, nll)
 
