@@ -1,15 +1,18 @@
 """``python -m benchmarks.profile WORKLOAD [--impl ours] [--steps 10]``: where one step's time
 goes, per XLA kernel (or, for a PyTorch implementation, per operator).
 
-Runs a workload's JAX implementation under ``jax.profiler.trace`` and prints, from the
-Perfetto trace: every step's wall time, the kernels with the most time per step (with how
-often they run per step: 35 means once per time step of a scan), the same time grouped
-into parts of the model (each kernel's HLO ``op_name``, read from the compiled step: module
-path, forward or backward, inside a scan or not, matrix products or other work), and the
-timeline of the fastest step (kernels above ``--min_ms``, with their start offsets and
-threads). Kernels on different threads overlap, so their times do not add up to the
-step's. A PyTorch implementation (``--impl "torch nn.LSTM"``) runs under ``torch.profiler``
-instead: its step times and the operators with the most self time per step.
+Runs a workload's JAX implementation untraced for ``--warmup`` seconds (default 3, as
+``benchmarks.run``: a PTB step's first ~20 steps fault in fresh pages, ~2,000 a step at
+zaremba_small, which a trace of them shows as slow fills and copies), then under
+``jax.profiler.trace``, and prints, from the Perfetto trace: every step's wall time, the
+kernels with the most time per step (with how often they run per step: 35 means once per
+time step of a scan), the same time grouped into parts of the model (each kernel's HLO
+``op_name``, read from the compiled step: module path, forward or backward, inside a scan
+or not, matrix products or other work), and the timeline of the fastest step (kernels above
+``--min_ms``, with their start offsets and threads). Kernels on different threads overlap,
+so their times do not add up to the step's. A PyTorch implementation (``--impl "torch
+nn.LSTM"``) runs under ``torch.profiler`` instead: its step times and the operators with
+the most self time per step.
 """
 
 from __future__ import annotations
@@ -133,7 +136,10 @@ def main(argv: list[str] | None = None) -> str:
     p.add_argument("workload", choices=sorted(WORKLOADS))
     p.add_argument("--impl", default=OURS, help="an implementation of the workload")
     p.add_argument("--steps", type=options.count, default=10,
-                   help="traced steps (after 3 untraced)")
+                   help="traced steps (after the warm-up's untraced ones)")
+    p.add_argument("--warmup", type=options.seconds_or_zero, default=3.0,
+                   help="seconds of untraced steps first, at least 3 of them, past the first "
+                        "steps' page faults (as benchmarks.run)")
     p.add_argument("--top", type=options.count, default=25, help="kernels listed by time per step")
     p.add_argument("--min_ms", type=float, default=0.2, help="timeline threshold")
     a = p.parse_args(argv)
@@ -144,8 +150,10 @@ def main(argv: list[str] | None = None) -> str:
         p.error(f"--impl {a.impl!r} needs PyTorch, which is not installed (BUILD.md: the CPU "
                 "build of torch 2.13.0 from PyTorch's index, then pip install -e '.[bench]')")
     step = impls[a.impl]()
-    for _ in range(3):
+    start, warm = time.perf_counter(), 0
+    while warm < 3 or time.perf_counter() - start < a.warmup:
         step()
+        warm += 1
     if "torch" in a.impl:
         out = torch_report(step, a.steps, a.top)
     else:

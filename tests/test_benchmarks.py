@@ -407,6 +407,7 @@ def test_an_isolated_worker_replies_with_its_peers_error(monkeypatch, capsys):
     (binary.main, "tiny --binary_flags=--config=zaremba_small", "--config=zaremba_small cannot"),
     (binary.main, "tiny --binary_flags=--mode=sample", "--mode=sample cannot be given there"),
     (profile.main, "tiny_lm --top 0", "argument --top: 0 must be at least 1"),
+    (profile.main, "tiny_lm --warmup -1", "argument --warmup: -1 must be a finite number"),
     (ab.main, "tiny_lm --min_time 0", "argument --min_time: 0 must be a finite number above 0"),
 ])
 def test_bad_options_are_usage_errors(capsys, main, args, message):
@@ -417,7 +418,8 @@ def test_bad_options_are_usage_errors(capsys, main, args, message):
 
 
 def test_profile_runs_on_a_roofline_row():
-    assert "fastest step" in profile.main(["tiny_lm", "--impl", "gemm xla", "--steps", "1"])
+    assert "fastest step" in profile.main(["tiny_lm", "--impl", "gemm xla", "--steps", "1",
+                                                 "--warmup", "0"])
 
 
 def test_trainers_and_benchmarks_import_without_datasets_or_tensorboardx():
@@ -518,7 +520,7 @@ def test_targets_table_marks_what_meets_issue_5s_targets(monkeypatch):
 def test_profile_reports_kernels_of_a_tiny_workload(monkeypatch):
     monkeypatch.setenv("DENSE_RNN_LSTM_KERNEL", "off")  # the scans as XLA's kernels
     monkeypatch.setenv("DENSE_RNN_SOFTMAX_KERNEL", "off")  # and the softmax layer's products
-    out = profile.main(["tiny_lm", "--steps", "2", "--min_ms", "0"])
+    out = profile.main(["tiny_lm", "--steps", "2", "--min_ms", "0", "--warmup", "0"])
     assert out.startswith("step ms: ") and len(out.splitlines()[0].split()) == 4
     assert "fastest step" in out and "while" in out  # the LSTM scans are kernels too
     parts = out.split("time by part")[1].split("fastest step")[0]
@@ -539,7 +541,8 @@ def test_profile_parts_from_op_names():
 
 def test_profile_reports_operators_of_the_torch_peer():
     pytest.importorskip("torch")
-    out = profile.main(["tiny_lm", "--impl", "torch nn.LSTM", "--steps", "2", "--top", "5"])
+    out = profile.main(["tiny_lm", "--impl", "torch nn.LSTM", "--steps", "2", "--top", "5",
+                        "--warmup", "0"])
     assert out.startswith("step ms: ") and len(out.splitlines()[0].split()) == 4
     assert "top 5 operators" in out and len(out.splitlines()) == 3 + 5
 
