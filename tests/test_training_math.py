@@ -176,7 +176,7 @@ def test_sparse_embedding_step_is_the_dense_step(connectivity):
     assert global_norm(grads) / c.batch_size > c.max_grad_norm  # the clipping was on
 
 
-def test_sparse_embedding_refuses_an_optimizer_with_state_per_parameter():
+def test_sparse_embedding_refuses_state_per_parameter_and_other_models():
     c = tiny_lm()
     model, params = lm.make_model(c), lm.init_params(c, jax.random.key(0))
     tx = optax.adam(1e-3)
@@ -185,6 +185,9 @@ def test_sparse_embedding_refuses_an_optimizer_with_state_per_parameter():
     with pytest.raises(ValueError, match="sparse_embedding needs an optimizer that keeps no "
                                          "state per parameter"):
         step(params, tx.init(params), model.zero_carries(c.batch_size), x, x, 0)
+    other = {"softmax": params["softmax"]}  # another model's parameters: no table
+    with pytest.raises(ValueError, match="sparse_embedding needs a LanguageModel's parameters"):
+        step(other, tx.init(other), model.zero_carries(c.batch_size), x, x, 0)
 
 
 def test_lm_perplexity_is_exp_mean_nll_over_the_split_from_zero_state():

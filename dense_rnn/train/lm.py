@@ -139,7 +139,11 @@ def make_train_step(model: LanguageModel, tx: optax.GradientTransformation, seed
         return new, opt_state, carries, nll
 
     def checked_step(params: Any, opt_state: optax.OptState, *args: Any) -> Any:
-        table = params["embed"]["embedding"]
+        table = params.get("embed", {}).get("embedding")
+        if table is None:
+            raise ValueError("make_train_step: sparse_embedding needs a LanguageModel's "
+                             "parameters (an embedding table at params['embed']['embedding']); "
+                             "pass sparse_embedding=False for another model")
         if any(getattr(leaf, "shape", None) == table.shape
                for leaf in jax.tree.leaves(opt_state)):
             raise ValueError("make_train_step: sparse_embedding needs an optimizer that keeps "
