@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 import jax
 
-from benchmarks import options
+from benchmarks import options, run
 from dense_rnn.cli import run_script
 
 # Transformation and call frames of an op_name, left out of a kernel's part.
@@ -138,8 +138,8 @@ def main(argv: list[str] | None = None) -> str:
     p.add_argument("--steps", type=options.count, default=10,
                    help="traced steps (after the warm-up's untraced ones)")
     p.add_argument("--warmup", type=options.seconds_or_zero, default=3.0,
-                   help="seconds of untraced steps first, at least 3 of them, past the first "
-                        "steps' page faults (as benchmarks.run)")
+                   help="seconds of untraced steps after the first 3, past the first steps' "
+                        "page faults (benchmarks.run's warm-up)")
     p.add_argument("--top", type=options.count, default=25, help="kernels listed by time per step")
     p.add_argument("--min_ms", type=float, default=0.2, help="timeline threshold")
     a = p.parse_args(argv)
@@ -150,10 +150,9 @@ def main(argv: list[str] | None = None) -> str:
         p.error(f"--impl {a.impl!r} needs PyTorch, which is not installed (BUILD.md: the CPU "
                 "build of torch 2.13.0 from PyTorch's index, then pip install -e '.[bench]')")
     step = impls[a.impl]()
-    start, warm = time.perf_counter(), 0
-    while warm < 3 or time.perf_counter() - start < a.warmup:
+    for _ in range(3):
         step()
-        warm += 1
+    run.warm_up(step, a.warmup)
     if "torch" in a.impl:
         out = torch_report(step, a.steps, a.top)
     else:

@@ -225,12 +225,9 @@ def build_steps(w, min_time: float, warmup: float = 0.0
     for name, build in w.impls.items():
         try:
             steps[name], times = build_first_step(name, build)
-            t0, warm = time.perf_counter(), 1
+            t0 = time.perf_counter()
             steps[name]()
-            # the heap's and caches' first steps: a slow step (DC-Bi-LSTM's ~1.4 s) gets a few
-            while warmup and (time.perf_counter() - t0 < warmup or warm < MIN_WARMUP_STEPS):
-                steps[name]()
-                warm += 1
+            warm = warm_up(steps[name], warmup, t0, done=1)
         except Exception as e:  # one peer's failure must not end the run
             if name == OURS:
                 raise
@@ -241,6 +238,18 @@ def build_steps(w, min_time: float, warmup: float = 0.0
         out[name] = {**times, "warmup_steps": warm,
                      "iters": max(1, round(min_time / max(per_step, 1e-6))), "times": []}
     return steps, out
+
+
+def warm_up(step: Callable, seconds: float, start: float | None = None, done: int = 0) -> int:
+    """Runs ``step`` until ``seconds`` have passed since ``start`` (default now) and it has
+    run ``MIN_WARMUP_STEPS`` times, ``done`` of them already (none more for 0 seconds): the
+    heap's and caches' first steps, a slow step (DC-Bi-LSTM's ~1.4 s) a few. Returns how many
+    times it has run, ``done`` included."""
+    start = time.perf_counter() if start is None else start
+    while seconds and (time.perf_counter() - start < seconds or done < MIN_WARMUP_STEPS):
+        step()
+        done += 1
+    return done
 
 
 def time_steps(step: Callable, iters: int) -> float:

@@ -133,9 +133,9 @@ def make_train_step(model: LanguageModel, tx: optax.GradientTransformation, seed
             rest, carries, x, y, rng, jnp.take(table, x, axis=0))
         ids, d_table = embedding_rows_gradient(x, d_rows, table.shape[0])
         updates, opt_state = tx.update({**grads, "embed": {"embedding": d_table}}, opt_state)
-        new = optax.apply_updates(rest, {k: v for k, v in updates.items() if k != "embed"})
-        new["embed"] = {"embedding": table.at[ids].add(
-            updates["embed"]["embedding"].astype(table.dtype), mode="drop")}
+        rows = updates.pop("embed")["embedding"].astype(table.dtype)
+        new = optax.apply_updates(rest, updates)
+        new["embed"] = {"embedding": table.at[ids].add(rows, mode="drop")}
         return new, opt_state, carries, nll
 
     def checked_step(params: Any, opt_state: optax.OptState, *args: Any) -> Any:
