@@ -34,6 +34,7 @@ HANDLERS = {"sgemm": "DenseRnnSgemm", "lstm_forward": "DenseRnnLstmForward",
             "lstm_backward": "DenseRnnLstmBackward", "gru_forward": "DenseRnnGruForward",
             "gru_backward": "DenseRnnGruBackward", "dense_lstm_forward": "DenseRnnDenseLstmForward",
             "dense_lstm_backward": "DenseRnnDenseLstmBackward",
+            "softmax_forward": "DenseRnnSoftmaxForward",
             "softmax_backward": "DenseRnnSoftmaxBackward"}
 _CSRC = os.path.join(os.path.dirname(__file__), "csrc")
 _SOURCES = sorted(glob.glob(os.path.join(_CSRC, "*.cc")))
@@ -188,4 +189,4 @@ def note(compute_dtype: str) -> str:
     return (", large products through OpenBLAS" if blas.available() else "") + (
         ", LSTM scans in C++" if lstm_kernel.available() else "") + (
         ", dense-block scans in C++" if dense_kernel.available() else "") + (
-        ", the softmax layer's backward in C++" if softmax_kernel.available() else "")
+        ", the softmax layer's loss and backward in C++" if softmax_kernel.available() else "")

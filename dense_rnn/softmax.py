@@ -14,12 +14,15 @@ more row of the ``dW`` product, ``[x, 1]^T dlogits``. The forward pass saves
 ``exp(logits - shift)`` (which its normaliser needs anyway) and the reciprocals of its row
 sums rather than the logits, so the backward's softmax is one product per element instead
 of another ``exp`` over the (tokens, vocab) array. The shift is an upper bound of each row's
-maximum, ``max(x W) + max(b)``, so the biased logits are never written out (``_nll``). In
-float32 on AMD's Zen 5 and later CPUs the whole backward pass is one C++ call
-(``softmax_kernel``).
+maximum, ``max(x W) + max(b)``, so the biased logits are never written out (``_xla_nll``).
+On AMD's Zen 5 and later CPUs the pass after the forward product (each row's exact
+maximum, the exponential, its sum and the NLL) and, in float32, the whole backward pass are
+one C++ call each (``softmax_kernel``).
 """
 
 from __future__ import annotations
+
+import functools
 
 import flax.linen as nn
 import jax
@@ -51,18 +54,37 @@ def _shifted_exp(raw: Array, bias: Array, exact: bool) -> tuple[Array, Array, Ar
     return shift, e, e.sum(axis=-1)
 
 
-def _nll(raw: Array, bias: Array, targets: Array) -> tuple[Array, Array, Array]:
+def _xla_nll(raw: Array, bias: Array, targets: Array) -> tuple[Array, Array, Array]:
     """Per-row NLL of the logits ``raw + bias`` (tokens, vocab), with ``exp(logits - shift)``
     and the reciprocals of its row sums: the softmax is their product, with no second
     ``exp``. The shift is the bound of ``_shifted_exp``; where it overshot so far that a row's
     sum nears underflow (a bias spread over ~46), the exact maximum is used instead."""
-    bias = bias.astype(raw.dtype)
     shift, e, total = _shifted_exp(raw, bias, exact=False)
     shift, e, total = jax.lax.cond(
         total.min(initial=jnp.inf) < _MIN_TOTAL, lambda: _shifted_exp(raw, bias, exact=True),
         lambda: (shift, e, total))
     picked = jnp.take_along_axis(raw, targets[:, None], axis=-1)[:, 0] + bias[targets]
     return jnp.log(total) + shift[:, 0] - picked, e, 1 / total
+
+
+def _nll(raw: Array, bias: Array, targets: Array, save: bool
+         ) -> tuple[Array, Array, Array] | Array:
+    """``_xla_nll``'s ``(nll, e, inv_total)``, or without ``save`` the NLL alone; for float32
+    logits on the CPUs ``softmax_kernel`` runs on, one C++ pass over them, shifted by each
+    row's exact maximum."""
+    bias = bias.astype(raw.dtype)
+    xla = functools.partial(_xla_loss, save=save)
+    if softmax_kernel.applies(raw, bias):
+        return jax.lax.platform_dependent(
+            raw, bias, targets, cpu=functools.partial(softmax_kernel.forward, save=save),
+            default=xla)
+    return xla(raw, bias, targets)
+
+
+def _xla_loss(raw: Array, bias: Array, targets: Array, save: bool
+              ) -> tuple[Array, Array, Array] | Array:
+    out = _xla_nll(raw, bias, targets)
+    return out if save else out[0]
 
 
 @jax.custom_vjp
@@ -97,7 +119,7 @@ def _fwd(
 ) -> tuple[Array, tuple[Array, Array, Array, Array, Array, Array]]:
     _check_targets(x, targets)
     x2 = x.reshape(-1, x.shape[-1])
-    nll, e, inv_total = _nll(precision.matmul(x2, kernel), bias, targets.reshape(-1))
+    nll, e, inv_total = _nll(precision.matmul(x2, kernel), bias, targets.reshape(-1), save=True)
     return nll.reshape(targets.shape), (x2, kernel, e, inv_total, targets, bias)
 
 

@@ -1,5 +1,10 @@
-"""The float32 backward pass of the softmax layer's cross-entropy as one C++ call.
+"""The softmax layer's cross-entropy after its forward product, and its float32 backward
+pass, as one C++ call each.
 
+``softmax._nll`` (each row's maximum, ``exp(logits - maximum)`` and its sum, the NLL) as one
+XLA FFI call (``csrc/softmax_loss.cc``): each row of the logits read from memory once,
+where XLA's three passes (the maximum, the exponential, its sum) read it three times
+(RESULTS.md, item 65).
 ``softmax._bwd`` (``dlogits = (softmax - onehot) * g``, then ``dx = dlogits W^T``,
 ``dW = x^T dlogits``, ``db = 1^T dlogits``) as one XLA FFI call (``csrc/softmax_grad.cc``,
 built by ``dense_rnn.native``): ``dlogits`` built a panel of vocabulary columns at a time,
@@ -12,7 +17,7 @@ checks it against XLA's backward and float64 NumPy.
 ``DENSE_RNN_SOFTMAX_KERNEL``: ``auto`` (default: AMD CPUs of family 26, Zen 5, or later,
 with AVX-512, where it was measured; on the Zen 4 a similar C++ layer measured level with
 XLA's, item 44, and on Intel CPUs the large float32 products go to OpenBLAS,
-``dense_rnn.blas``), ``on`` (any x86-64 Linux CPU), ``off`` (XLA's products).
+``dense_rnn.blas``), ``on`` (any x86-64 Linux CPU), ``off`` (XLA's).
 """
 
 from __future__ import annotations
@@ -42,6 +47,18 @@ def applies(*arrays: Array) -> bool:
     """Whether the backward pass of these floating-point operands runs the kernel: all
     float32, and ``available()``."""
     return all(a.dtype == jnp.float32 for a in arrays) and available()
+
+
+def forward(raw: Array, bias: Array, targets: Array, save: bool
+            ) -> tuple[Array, Array, Array] | Array:
+    """``(nll, e, inv_total)`` of the float32 logits ``raw + bias`` (``raw`` (N, V), without
+    the bias) and ``targets`` (N), as ``softmax._xla_nll``: each row's NLL,
+    ``e = exp(raw + bias - max)`` (N, V) (the backward's residual) and the reciprocals of its
+    row sums; without ``save`` the NLL alone."""
+    n, v = raw.shape
+    nll, inv_total, e = native.call("softmax_forward", [(n,), (n,), (n, v) if save else (0,)],
+                                    raw, bias, targets.astype(jnp.int32))
+    return (nll, e, inv_total) if save else nll
 
 
 def backward(x: Array, kernel: Array, e: Array, inv_total: Array, targets: Array, g: Array

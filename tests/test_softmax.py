@@ -1,6 +1,7 @@
 """The fused softmax cross-entropy (``softmax.softmax_cross_entropy``): its value and every
 gradient against a float64 NumPy reference of the same equation, and against JAX's
-autodiff of ``optax.softmax_cross_entropy_with_integer_labels`` in float32."""
+autodiff of ``optax.softmax_cross_entropy_with_integer_labels`` in float32; each with the
+C++ passes of ``softmax_kernel`` off and on."""
 
 import re
 
@@ -10,9 +11,19 @@ import numpy as np
 import optax
 import pytest
 
-from dense_rnn import softmax
+from dense_rnn import softmax, softmax_kernel
 
 B, T, D, V = 3, 4, 6, 11
+
+
+@pytest.fixture(autouse=True, params=["off", "on"], ids=["xla", "kernel"])
+def kernel_mode(request, monkeypatch):
+    """Every test with the layer's C++ passes off, then on (skipped where they cannot
+    build)."""
+    monkeypatch.setenv(softmax_kernel.VARIABLE, request.param)
+    if request.param == "on" and not softmax_kernel.available():
+        pytest.skip("the C++ kernels cannot be built or loaded here")
+    return request.param
 
 
 def inputs(dtype):

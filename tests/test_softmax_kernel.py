@@ -1,6 +1,7 @@
-"""The C++ backward pass of the softmax layer (``dense_rnn/softmax_kernel.py``,
-``csrc/softmax_grad.cc``): its gradients against a float64 NumPy reference and XLA's
-backward, on shapes off its register tiles and blocks, and which steps take it."""
+"""The C++ passes of the softmax layer (``dense_rnn/softmax_kernel.py``): the loss after the
+forward product (``csrc/softmax_loss.cc``) and the backward pass (``csrc/softmax_grad.cc``),
+against a float64 NumPy reference and XLA's, on shapes off their vectors, register tiles
+and blocks, and which steps take them."""
 
 import jax
 import jax.numpy as jnp
@@ -83,6 +84,67 @@ def test_vmapped_gradients_match_one_layer_at_a_time(kernel_on):
             np.testing.assert_array_equal(got[i], want)
 
 
+def numpy_loss(raw, b, y):
+    """``nll = log(sum(e)) + m - (raw + b)[y]``, ``e = exp(raw + b - m)``, ``m`` each row's
+    maximum: ``(nll, e, 1 / sum(e))``."""
+    z = np.asarray(raw, np.float64) + np.asarray(b, np.float64)
+    m = z.max(1, keepdims=True)
+    e = np.exp(z - m)
+    return np.log(e.sum(1)) + m[:, 0] - z[np.arange(len(z)), np.asarray(y)], e, 1 / e.sum(1)
+
+
+@pytest.mark.parametrize("n, v", [(1, 1), (7, 13), (23, 300), (41, 1000), (400, 10000)])
+@pytest.mark.parametrize("save", [True, False], ids=["training", "loss alone"])
+def test_loss_matches_float64_numpy(kernel_on, n, v, save):
+    """Logits spread over ~40, so that many of ``e`` are far below 1."""
+    k = jax.random.split(jax.random.key(4), 3)
+    raw, b = 8 * jax.random.normal(k[0], (n, v)), jax.random.normal(k[1], (v,))
+    y = jax.random.randint(k[2], (n,), 0, v)
+    got = jax.jit(softmax_kernel.forward, static_argnums=3)(raw, b, y, save)
+    want = numpy_loss(raw, b, y)
+    if not save:
+        got, want = (got,), want[:1]
+    # e to its argument's float32 rounding (|x| up to ~40: ~3e-6 relative)
+    for a, w in zip(got, want, strict=True):
+        assert a.shape == w.shape and a.dtype == jnp.float32
+        np.testing.assert_allclose(a, w, rtol=1e-5, atol=1e-5 * np.abs(w).min())
+
+
+def test_loss_exponential_to_float32_precision(kernel_on):
+    """``exp(x)`` for x in [-87, 0] (exact float32 arguments: the row's maximum is 0) within
+    2 ulp; 0 or below the smallest normal float under ``log(FLT_MIN)``."""
+    x = jnp.concatenate([jnp.linspace(-87.0, 0.0, 100_001), jnp.array([-87.5, -100.0, -1e30])])
+    _, e, _ = softmax_kernel.forward(x[None], jnp.zeros_like(x), jnp.zeros(1, jnp.int32), True)
+    want = np.exp(np.asarray(x, np.float64))
+    np.testing.assert_allclose(e[0, :-3], want[:-3], rtol=2.4e-7)
+    assert bool(jnp.all(e[0, -3:] <= 1.2e-38))
+
+
+def test_loss_of_a_nan_logit_or_an_id_out_of_range_is_nan(kernel_on):
+    raw = jnp.ones((3, 40)).at[0, 3].set(jnp.nan)
+    nll = softmax_kernel.forward(raw, jnp.zeros(40), jnp.array([0, 40, 1]), False)
+    assert bool(jnp.isnan(nll[0])) and bool(jnp.isnan(nll[1]))
+    np.testing.assert_allclose(nll[2], np.log(40.0), rtol=1e-6)
+
+
+def uses_forward_kernel(x, w, b, y) -> bool:
+    """Whether the layer's loss, traced now (a new function: not a cached trace), calls the
+    loss kernel."""
+    loss = jax.jit(lambda *a: softmax.softmax_cross_entropy(*a)).lower(x, w, b, y).as_text()
+    return native.target("softmax_forward") in loss
+
+
+def test_which_losses_take_the_kernel(kernel_on, monkeypatch):
+    """Every loss whose logits are float32, bfloat16 products' included (they return
+    float32); XLA's where the kernel is off, and in float64."""
+    x, w, _, _, y, _ = operands(7, 5, 13)
+    b = jnp.zeros(13)
+    assert uses_forward_kernel(x, w, b, y)
+    assert uses_forward_kernel(*(a.astype(jnp.bfloat16) for a in (x, w, b)), y)
+    monkeypatch.setenv(softmax_kernel.VARIABLE, "off")
+    assert not uses_forward_kernel(x, w, b, y)
+
+
 def uses_kernel(x, w, b, y) -> bool:
     """Whether the layer's gradient, traced now, calls the kernel."""
     grad = jax.grad(lambda x, w, b: softmax.softmax_cross_entropy(x, w, b, y).sum(), (0, 1, 2))
@@ -99,12 +161,12 @@ def test_which_gradients_take_the_kernel(kernel_on, monkeypatch):
 
 
 def test_lm_training_step_same_with_the_kernel(monkeypatch):
-    """An LM's training step with the layer's backward in C++ against XLA's: the same loss
-    and update within float32 rounding."""
+    """An LM's training step with the layer's loss and backward in C++ against XLA's: the
+    same loss and update within float32 rounding."""
     (nll_off, new_off), (nll_on, new_on) = lm_step_off_and_on(
         monkeypatch, softmax_kernel.VARIABLE, native.target("softmax_backward"),
         softmax_kernel.available)
-    np.testing.assert_array_equal(nll_on, nll_off)  # the forward pass is the same
+    np.testing.assert_allclose(nll_on, nll_off, rtol=1e-6)
     for got, want in zip(jax.tree.leaves(new_on), jax.tree.leaves(new_off), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 

@@ -5,6 +5,8 @@
 #ifndef DENSE_RNN_CSRC_SCAN_KERNEL_H_
 #define DENSE_RNN_CSRC_SCAN_KERNEL_H_
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -90,6 +92,17 @@ void Tile(const float* a, int64_t lda, const float* panel, int64_t k_size, float
     *reinterpret_cast<Vec*>(out + r * kNR) = acc0[r];
     *reinterpret_cast<Vec*>(out + r * kNR + kVL) = acc1[r];
   }
+}
+
+// v stored at p, 4 * kVL-byte aligned, past the caches (and without reading its line first).
+inline void StreamStore(float* p, const Vec& v) {
+#if defined(__AVX512F__)
+  _mm512_stream_ps(p, reinterpret_cast<const __m512&>(v));
+#elif defined(__AVX__)
+  _mm256_stream_ps(p, reinterpret_cast<const __m256&>(v));
+#else
+  *reinterpret_cast<Vec*>(p) = v;
+#endif
 }
 
 // Asks for the n floats at p in L2, ahead of their use.

@@ -17,8 +17,6 @@
 //     that all the panels of a block of W^T (224-672 KB at the LM shapes) stay in L2 for
 //     all the rows; the tiles accumulate in place (Tile<R, Add>).
 // A result's arithmetic does not depend on the team's size or on who claimed what.
-#include <immintrin.h>
-
 #include "scan_kernel.h"
 
 namespace {
@@ -27,18 +25,6 @@ using namespace dense_rnn;  // NOLINT: the shared pieces of scan_kernel.h
 
 constexpr int64_t kBlock = 256;  // vocabulary entries of one block of dx's contraction
 constexpr int64_t kChunk = 8;    // dlogits' panels built in one pass over its rows
-
-// v stored at p, 4 * kVL-byte aligned, past the caches: dlogits' rows, read back from memory
-// only by stage 2, would otherwise evict the panels and x^T that stage 1 reuses.
-inline void StreamStore(float* p, const Vec& v) {
-#if defined(__AVX512F__)
-  _mm512_stream_ps(p, reinterpret_cast<const __m512&>(v));
-#elif defined(__AVX__)
-  _mm256_stream_ps(p, reinterpret_cast<const __m256&>(v));
-#else
-  *reinterpret_cast<Vec*>(p) = v;
-#endif
-}
 
 // x (N, D), w (D, V); e (N, V) = exp(logits - shift), inv_total (N) the reciprocals of its
 // row sums; targets (N); g (N) the cotangent of each token's loss. Results: dx (N, D),
@@ -121,8 +107,8 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer x, Buffer w, Buffer e, Buffer i
               if (!whole) d = lane < static_cast<float>(n) ? d : Vec{};
               *reinterpret_cast<Vec*>(panels + ((h / 2) * N + t) * kNR + (h % 2) * kVL) = d;
               sums[h] += d;
-              if (whole && stream) {
-                StreamStore(dr + q0, d);
+              if (whole && stream) {  // read back from memory only by stage 2, so past
+                StreamStore(dr + q0, d);  // the caches: the panels and x^T stay in them
               } else if (whole) {
                 *reinterpret_cast<Vec*>(dr + q0) = d;
               } else {
