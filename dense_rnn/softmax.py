@@ -83,6 +83,7 @@ def _nll(raw: Array, bias: Array, targets: Array, save: bool
 
 def _xla_loss(raw: Array, bias: Array, targets: Array, save: bool
               ) -> tuple[Array, Array, Array] | Array:
+    """``_xla_nll``, or without ``save`` its NLL alone."""
     out = _xla_nll(raw, bias, targets)
     return out if save else out[0]
 

@@ -5,6 +5,7 @@ pass, as one C++ call each.
 XLA FFI call (``csrc/softmax_loss.cc``): each row of the logits read from memory once,
 where XLA's three passes (the maximum, the exponential, its sum) read it three times
 (RESULTS.md, item 65).
+
 ``softmax._bwd`` (``dlogits = (softmax - onehot) * g``, then ``dx = dlogits W^T``,
 ``dW = x^T dlogits``, ``db = 1^T dlogits``) as one XLA FFI call (``csrc/softmax_grad.cc``,
 built by ``dense_rnn.native``): ``dlogits`` built a panel of vocabulary columns at a time,
@@ -12,7 +13,7 @@ each panel's ``dW`` and ``db`` computed by the thread that built it while it is 
 ``dx`` by the LSTM kernels' register tile over ``W^T`` packed in blocks that stay in L2.
 XLA's YNNPACK product ran ``dx``, with its contraction over the whole vocabulary, at
 0.6-0.7x the rate of the forward product (RESULTS.md, item 61). ``tests/test_softmax.py``
-checks it against XLA's backward and float64 NumPy.
+and ``tests/test_softmax_kernel.py`` check both against XLA's passes and float64 NumPy.
 
 ``DENSE_RNN_SOFTMAX_KERNEL``: ``auto`` (default: AMD CPUs of family 26, Zen 5, or later,
 with AVX-512, where it was measured; on the Zen 4 a similar C++ layer measured level with
