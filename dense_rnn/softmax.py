@@ -54,38 +54,34 @@ def _shifted_exp(raw: Array, bias: Array, exact: bool) -> tuple[Array, Array, Ar
     return shift, e, e.sum(axis=-1)
 
 
-def _xla_nll(raw: Array, bias: Array, targets: Array) -> tuple[Array, Array, Array]:
-    """Per-row NLL of the logits ``raw + bias`` (tokens, vocab), with ``exp(logits - shift)``
-    and the reciprocals of its row sums: the softmax is their product, with no second
-    ``exp``. The shift is the bound of ``_shifted_exp``; where it overshot so far that a row's
-    sum nears underflow (a bias spread over ~46), the exact maximum is used instead."""
+def _xla_nll(raw: Array, bias: Array, targets: Array, save: bool = True
+             ) -> tuple[Array, Array, Array] | Array:
+    """Per-row NLL of the logits ``raw + bias`` (tokens, vocab), with ``save`` also
+    ``exp(logits - shift)`` and the reciprocals of its row sums: the softmax is their
+    product, with no second ``exp``. The shift is the bound of ``_shifted_exp``; where it
+    overshot so far that a row's sum nears underflow (a bias spread over ~46), the exact
+    maximum is used instead."""
     shift, e, total = _shifted_exp(raw, bias, exact=False)
     shift, e, total = jax.lax.cond(
         total.min(initial=jnp.inf) < _MIN_TOTAL, lambda: _shifted_exp(raw, bias, exact=True),
         lambda: (shift, e, total))
     picked = jnp.take_along_axis(raw, targets[:, None], axis=-1)[:, 0] + bias[targets]
-    return jnp.log(total) + shift[:, 0] - picked, e, 1 / total
+    nll = jnp.log(total) + shift[:, 0] - picked
+    return (nll, e, 1 / total) if save else nll
 
 
 def _nll(raw: Array, bias: Array, targets: Array, save: bool
          ) -> tuple[Array, Array, Array] | Array:
-    """``_xla_nll``'s ``(nll, e, inv_total)``, or without ``save`` the NLL alone; for float32
+    """``_xla_nll``: ``(nll, e, inv_total)``, or without ``save`` the NLL alone; for float32
     logits on the CPUs ``softmax_kernel`` runs on, one C++ pass over them, shifted by each
     row's exact maximum."""
     bias = bias.astype(raw.dtype)
-    xla = functools.partial(_xla_loss, save=save)
+    xla = functools.partial(_xla_nll, save=save)
     if softmax_kernel.applies(raw, bias):
         return jax.lax.platform_dependent(
             raw, bias, targets, cpu=functools.partial(softmax_kernel.forward, save=save),
             default=xla)
     return xla(raw, bias, targets)
-
-
-def _xla_loss(raw: Array, bias: Array, targets: Array, save: bool
-              ) -> tuple[Array, Array, Array] | Array:
-    """``_xla_nll``, or without ``save`` its NLL alone."""
-    out = _xla_nll(raw, bias, targets)
-    return out if save else out[0]
 
 
 @jax.custom_vjp
