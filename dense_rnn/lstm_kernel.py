@@ -26,7 +26,10 @@ import jax.numpy as jnp
 from dense_rnn import native
 
 Array = jax.Array
-Residuals = tuple[Array, Array, Array, Array]  # acts, c_{t-1}, tanh(c_t), h_{t-1}
+# acts, c_{t-1}, tanh(c_t), time-major (time, [D,] batch, .) as XLA's scan saves them (both
+# paths' residuals have one shape); h_{t-1} batch-major ([D,] batch, time, H), as the gates'
+# gradients it is multiplied with for dW_hh
+Residuals = tuple[Array, Array, Array, Array]
 VARIABLE = "DENSE_RNN_LSTM_KERNEL"
 
 
@@ -59,16 +62,17 @@ def forward(w_hh: Array, xs: Array, carry: tuple[Array, Array], mask: Array | No
             rmask: Array | None, save: bool
             ) -> tuple[tuple[Array, Array], Array, Residuals | None]:
     """``recurrent._lstm_forward`` (no ``unroll``) as the kernel: ``(carry, ys, residuals)``,
-    the residuals time-major and ``None`` unless ``save``. With a direction axis (``w_hh``
-    (D, H, 4H), ``xs`` (T, D, B, 4H), the carry (D, B, H)) the D directions run in one call,
-    their steps side by side."""
+    ``xs`` and ``ys`` batch-major (batch, time, .), the residuals as ``lstm_scan`` keeps
+    them and ``None`` unless ``save``. With a direction axis (``w_hh`` (D, H, 4H), ``xs``
+    (D, B, T, 4H), the carry (D, B, H)) the D directions run in one call, their steps side
+    by side."""
     c0, h0 = carry
     r = None if rmask is None else jnp.broadcast_to(rmask, h0.shape)
-    t, *lead, g = xs.shape  # lead: ([D,] B)
+    *lead, t, g = xs.shape  # lead: ([D,] B)
     n = g // 4
-    step = (t, *lead, n)
-    shapes = [step, h0.shape, h0.shape,
-              *([(t, *lead, g), step, step, step] if save else [(0,)] * 4)]
+    seq, saved = (*lead, t, n), (t, *lead, n)
+    shapes = [seq, h0.shape, h0.shape,
+              *([(t, *lead, g), saved, saved, seq] if save else [(0,)] * 4)]
     ys, c, h, *res = native.call("lstm_forward", shapes, w_hh, xs, c0, h0, native.optional(mask),
                                  native.optional(r))
     return (c, h), ys, tuple(res) if save else None
@@ -78,11 +82,11 @@ def backward(w_hh: Array, dys: Array, dcarry: tuple[Array, Array], mask: Array |
              rmask: Array | None, res: Residuals
              ) -> tuple[Array, tuple[Array, Array], Array | None]:
     """The backward scan of ``recurrent._lstm_scan_bwd`` as the kernel: the gates'
-    gradients ``dzs`` (time-major), the initial carry's cotangents and, with ``rmask``,
-    ``sum_t h_{t-1} dh_in_t`` at the carry's shape (``None`` without)."""
+    gradients ``dzs`` (batch-major, as ``dys``), the initial carry's cotangents and, with
+    ``rmask``, ``sum_t h_{t-1} dh_in_t`` at the carry's shape (``None`` without)."""
     dc, dh = dcarry
     r = None if rmask is None else jnp.broadcast_to(rmask, dh.shape)
-    *steps, n = dys.shape  # steps: (T, [D,] B)
+    *steps, n = dys.shape  # steps: ([D,] B, T)
     shapes = [(*steps, 4 * n), dh.shape, dh.shape, dh.shape if r is not None else (0,)]
     dzs, dc0, dh0, drmask = native.call("lstm_backward", shapes, w_hh, dys, dc, dh,
                                         native.optional(mask), native.optional(r), *res)

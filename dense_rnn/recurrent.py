@@ -2,7 +2,8 @@
 
 The input projection of every time step is one matrix product outside the scan
 (``cells.project``); only the recurrent product ``h @ w_hh`` runs inside it. Inputs and
-outputs are batch-major ``(batch, time, features)``; the scan itself runs time-major.
+outputs are batch-major ``(batch, time, features)``; ``lax.scan`` runs time-major, the C++
+kernels of ``lstm_kernel`` and ``dense_kernel`` on the batch-major arrays as they lie.
 
 Padding is first-class: given ``lengths``, steps at ``t >= length`` leave the carry
 untouched and output zeros, and a reversed layer starts each sequence at its own last
@@ -239,12 +240,11 @@ def scan_cell(
     mask = None if lengths is None else length_mask(lengths, xw.shape[1])  # (batch, time)
     if _kernel_cell(cell, params, xw, carry):  # batch-major, as xw
         carry, ys = dense_kernel.scan((params["w_hh"],), xw, carry, mask, False, cell.name)
-    else:  # time-major scans
+    elif _fast_lstm(cell):  # batch-major too
+        carry, ys = lstm_scan(params["w_hh"], xw, carry, mask, recurrent_mask, unroll)
+    else:  # a time-major lax.scan
         xs, mask = jnp.swapaxes(xw, 0, 1), None if mask is None else mask.T
-        if _fast_lstm(cell):
-            carry, ys = lstm_scan(params["w_hh"], xs, carry, mask, recurrent_mask, unroll)
-        else:
-            carry, ys = _generic_scan(cell, params, xs, carry, mask, unroll)
+        carry, ys = _generic_scan(cell, params, xs, carry, mask, unroll)
         ys = jnp.swapaxes(ys, 0, 1)
     if reverse:
         ys = reverse_padded(ys, lengths)
@@ -302,7 +302,7 @@ def _xla_lstm_forward(
     unroll: int,
     save: bool,
 ) -> tuple[tuple[Array, Array], Array, lstm_kernel.Residuals | None]:
-    """``_lstm_forward`` as a ``lax.scan`` of XLA's kernels."""
+    """``_lstm_forward`` as a ``lax.scan`` of XLA's kernels, over ``xs`` moved time-major."""
 
     def body(
         carry: tuple[Array, Array], inputs: tuple[Array, Array | None]
@@ -319,19 +319,24 @@ def _xla_lstm_forward(
         new = (jnp.where(keep, c_new, c), jnp.where(keep, h_new, h))
         return new, (jnp.where(keep, h_new, 0.0), res)
 
-    carry, (ys, res) = jax.lax.scan(body, carry, (xs, mask), unroll=unroll)
-    return carry, ys, res
+    carry, (ys, res) = jax.lax.scan(body, carry, (jnp.moveaxis(xs, -2, 0),
+                                                  None if mask is None else mask.T),
+                                    unroll=unroll)
+    if save:  # h_{t-1} in the layout of the gates' gradients dW_hh multiplies it with
+        res = (*res[:3], jnp.moveaxis(res[3], 0, -2))
+    return carry, jnp.moveaxis(ys, 0, -2), res
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
 def lstm_scan(w_hh: Array, xs: Array, carry: tuple[Array, Array], mask: Array | None,
               rmask: Array | None, unroll: int = 1) -> tuple[tuple[Array, Array], Array]:
-    """The LSTM over time-major pre-projected inputs ``xs`` (time, batch, 4H), with a
-    hand-written backward pass. With a leading direction axis on ``w_hh`` (D, H, 4H),
-    ``xs`` (time, D, batch, 4H) and the carry (D, batch, H), D independent LSTMs run in one
-    scan (a bidirectional layer's two directions, the backward one on reversed inputs).
+    """The LSTM over batch-major pre-projected inputs ``xs`` (batch, time, 4H), with a
+    hand-written backward pass; the outputs are (batch, time, H). With a leading direction
+    axis on ``w_hh`` (D, H, 4H), ``xs`` (D, batch, time, 4H) and the carry (D, batch, H), D
+    independent LSTMs run in one scan (a bidirectional layer's two directions, the backward
+    one on reversed inputs).
 
-    ``mask`` (time, batch) marks real steps (padding keeps the carry and outputs 0),
+    ``mask`` (batch, time) marks real steps (padding keeps the carry and outputs 0),
     ``rmask`` (batch, H) or (D, batch, H) is the recurrent dropout mask on ``h_{t-1}``. The
     forward scan computes all four gates in one elementwise pass and saves them as one
     array. The backward scan carries only ``(dc, dh)`` and emits the gate gradients ``dz``;
@@ -370,8 +375,8 @@ def _lstm_scan_bwd(
     if rmask is not None:  # a mask broadcast against h (one (batch, H) mask for D
         # directions, say) gets its gradient summed over the axes it was broadcast along
         drmask = _sum_to_shape(drmask, rmask.shape).astype(rmask.dtype)
-    h_prev = res[-1] if rmask is None else res[-1] * rmask
-    dw = jax.vmap(_sum_over_steps, in_axes=1) if w_hh.ndim == 3 else _sum_over_steps
+    h_prev = res[-1] if rmask is None else res[-1] * jnp.expand_dims(rmask, -2)  # over time
+    dw = jax.vmap(_sum_over_steps) if w_hh.ndim == 3 else _sum_over_steps
     # each gradient in its primal's dtype (a float32 carry under bfloat16 weights, say)
     dcarry = (dc0.astype(res[1].dtype), dh0.astype(res[-1].dtype))
     return (dw(h_prev, dzs).astype(w_hh.dtype), dzs.astype(xs_dtype.dtype), dcarry, None,
@@ -387,10 +392,11 @@ def _xla_lstm_backward(
     res: lstm_kernel.Residuals,
     unroll: int,
 ) -> tuple[Array, tuple[Array, Array], Array | None]:
-    """The backward scan of ``lstm_scan`` as a ``lax.scan`` of XLA's kernels: the gates'
-    gradients ``dzs``, the initial carry's cotangents and, with ``rmask``, its gradient
-    at the carry's shape."""
+    """The backward scan of ``lstm_scan`` as a ``lax.scan`` of XLA's kernels, time-major:
+    the gates' gradients ``dzs`` (batch-major, as ``dys``), the initial carry's cotangents
+    and, with ``rmask``, its gradient at the carry's shape."""
     dc_last, dh_last = dcarry
+    res = (*res[:3], jnp.moveaxis(res[3], -2, 0))
 
     def body(
         carry: tuple[Array, Array, Array | None],
@@ -419,8 +425,10 @@ def _xla_lstm_backward(
     drmask0 = None if rmask is None else jnp.zeros(
         dh_last.shape, jnp.promote_types(rmask.dtype, dh_last.dtype))
     (dc0, dh0, drmask), dzs = jax.lax.scan(
-        body, (dc_last, dh_last, drmask0), (dys, mask, res), reverse=True, unroll=unroll)
-    return dzs, (dc0, dh0), drmask
+        body, (dc_last, dh_last, drmask0),
+        (jnp.moveaxis(dys, -2, 0), None if mask is None else mask.T, res), reverse=True,
+        unroll=unroll)
+    return jnp.moveaxis(dzs, 0, -2), (dc0, dh0), drmask
 
 
 def _sum_to_shape(x: Array, shape: tuple[int, ...]) -> Array:
@@ -432,8 +440,8 @@ def _sum_to_shape(x: Array, shape: tuple[int, ...]) -> Array:
 
 
 def _sum_over_steps(h: Array, dz: Array) -> Array:
-    """``sum_t h_t^T dz_t`` over time-major ``h`` (time, batch, H) and ``dz`` (time, batch, G),
-    as one product."""
+    """``sum_t h_t^T dz_t`` over ``h`` (batch, time, H) and ``dz`` (batch, time, G), as one
+    product."""
     return precision.matmul_tn(h.reshape(-1, h.shape[-1]), dz.reshape(-1, dz.shape[-1]))
 
 
@@ -612,12 +620,11 @@ class Bidirectional(nn.Module):
             cf, yf = scan_cell(spec, pf, xf, carry[0], lengths, False, self.unroll, rmask[0])
             cb, yb = scan_cell(spec, pb, xb, carry[1], lengths, True, self.unroll, rmask[1])
             return (cf, cb), jnp.concatenate([yf, yb], axis=-1)
-        xs = jnp.stack([xf, reverse_padded(xb, lengths)]).transpose(2, 0, 1, 3)
-        mask = None if lengths is None else length_mask(lengths, x.shape[1]).T
+        xs = jnp.stack([xf, reverse_padded(xb, lengths)])  # (direction, batch, time, 4H)
+        mask = None if lengths is None else length_mask(lengths, x.shape[1])
         (c, h), ys = lstm_scan(
             jnp.stack([pf["w_hh"], pb["w_hh"]]), xs, jax.tree.map(_stack2, *carry), mask,
             None if recurrent_mask is None else jnp.stack(rmask), self.unroll)
-        ys = ys.transpose(1, 2, 0, 3)  # (direction, batch, time, H)
         return ((c[0], h[0]), (c[1], h[1])), jnp.concatenate(
             [ys[0], reverse_padded(ys[1], lengths)], axis=-1)
 

@@ -29,42 +29,45 @@ def kernel_on(monkeypatch):
 
 
 def operands(t, b, h, seed=0, masked=False, dropped=False, directions=None):
-    """One LSTM's operands, or with ``directions`` D that many, stacked on a direction axis
-    (``w`` (D, H, 4H), ``xs`` (T, D, B, 4H), carries (D, B, H)) with one mask (T, B)."""
+    """One LSTM's operands (``xs`` (B, T, 4H)), or with ``directions`` D that many, stacked
+    on a direction axis (``w`` (D, H, 4H), ``xs`` (D, B, T, 4H), carries (D, B, H)) with one
+    mask (B, T)."""
     rng = np.random.default_rng(seed)
     d = () if directions is None else (directions,)
     f32 = lambda *s, scale=1.0: (scale * rng.standard_normal(s)).astype(np.float32)  # noqa: E731
     return {
-        "w": f32(*d, h, 4 * h, scale=0.3), "xs": f32(t, *d, b, 4 * h), "c": f32(*d, b, h),
-        "h": f32(*d, b, h), "mask": rng.random((t, b)) < 0.7 if masked else None,
+        "w": f32(*d, h, 4 * h, scale=0.3), "xs": f32(*d, b, t, 4 * h), "c": f32(*d, b, h),
+        "h": f32(*d, b, h), "mask": rng.random((b, t)) < 0.7 if masked else None,
         "rmask": ((rng.random((*d, b, h)) < 0.8) / 0.8).astype(np.float32) if dropped else None,
     }
 
 
 def direction(a, d):
     """Direction ``d``'s operands of ``operands(..., directions=D)``."""
-    pick = {"w": 0, "xs": 1, "c": 0, "h": 0, "rmask": 0}
+    pick = {"w": 0, "xs": 0, "c": 0, "h": 0, "rmask": 0}
     return {k: v if v is None or k not in pick else np.take(v, d, pick[k]) for k, v in a.items()}
 
 
 def numpy_lstm(w, xs, c, h, mask, rmask):
-    """The LSTM of ``cells.lstm_step`` in float64 NumPy: outputs, final carry and, per
-    step, the gate activations, ``c_{t-1}``, ``tanh(c_t)`` and ``h_{t-1}``."""
+    """The LSTM of ``cells.lstm_step`` in float64 NumPy over ``xs`` (B, T, 4H): outputs
+    (B, T, H), final carry and, per step, the gate activations, ``c_{t-1}``, ``tanh(c_t)``
+    (time-major) and ``h_{t-1}`` (batch-major), as the kernel saves them."""
     sig = lambda x: 1 / (1 + np.exp(-x))  # noqa: E731
     n = w.shape[0]
     c, h = c.astype(np.float64), h.astype(np.float64)
     ys, res = [], []
-    for t in range(xs.shape[0]):
-        z = xs[t] + (h if rmask is None else h * rmask) @ w.astype(np.float64)
+    for t in range(xs.shape[1]):
+        z = xs[:, t] + (h if rmask is None else h * rmask) @ w.astype(np.float64)
         i, f, o = sig(z[:, :n]), sig(z[:, n:2 * n]), sig(z[:, 3 * n:])
         g = np.tanh(z[:, 2 * n:3 * n])
         c_new = f * c + i * g
         h_new = o * np.tanh(c_new)
         res.append((np.concatenate([i, f, g, o], 1), c, np.tanh(c_new), h))
-        keep = np.ones((xs.shape[1], 1), bool) if mask is None else mask[t][:, None]
+        keep = np.ones((xs.shape[0], 1), bool) if mask is None else mask[:, t, None]
         c, h = np.where(keep, c_new, c), np.where(keep, h_new, h)
         ys.append(np.where(keep, h_new, 0.0))
-    return np.stack(ys), (c, h), [np.stack(r) for r in zip(*res, strict=True)]
+    acts, c_prev, tc, h_prev = (np.stack(r) for r in zip(*res, strict=True))
+    return np.stack(ys, 1), (c, h), [acts, c_prev, tc, np.swapaxes(h_prev, 0, 1)]
 
 
 @pytest.mark.parametrize("t, b, h", SHAPES)
@@ -87,7 +90,7 @@ def test_directions_in_one_call_match_float64_numpy(kernel_on, t, b, h):
         a["w"], a["xs"], (a["c"], a["h"]), a["mask"], a["rmask"], True)
     for d in range(3):
         want_ys, (want_c, want_h), want_res = numpy_lstm(**direction(a, d))
-        got = [ys[:, d], c[d], hh[d], *(r[:, d] for r in res)]
+        got = [ys[d], c[d], hh[d], *(r[:, d] for r in res[:3]), res[3][d]]
         for g, w in zip(got, [want_ys, want_c, want_h, *want_res], strict=True):
             np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5)
 
@@ -95,7 +98,7 @@ def test_directions_in_one_call_match_float64_numpy(kernel_on, t, b, h):
 def test_forward_of_no_steps_returns_the_carry(kernel_on):
     a = operands(0, 3, 5)
     (c, h), ys, _ = lstm_kernel.forward(a["w"], a["xs"], (a["c"], a["h"]), None, None, True)
-    assert ys.shape == (0, 3, 5)
+    assert ys.shape == (3, 0, 5)
     np.testing.assert_array_equal(c, a["c"])
     np.testing.assert_array_equal(h, a["h"])
 
@@ -113,7 +116,7 @@ def test_backward_matches_the_xla_scan(kernel_on, t, b, h, directions, masked, d
     got = jax.jit(lstm_kernel.backward)(*args)
     want = jax.jit(recurrent._xla_lstm_backward, static_argnums=6)(*args, 1)
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
-        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=2e-5)
 
 
 def scan_value_and_grads(w, xs, carry, mask, rmask):
@@ -162,7 +165,7 @@ def test_which_scans_take_the_kernel(kernel_on, monkeypatch):
     args = (a["w"], a["xs"], a["c"], a["h"])
     assert uses_kernel(scan, *args)
     assert not uses_kernel(scan, *(x.astype(jnp.bfloat16) for x in args))
-    two = (jnp.stack([a["w"]] * 2), jnp.stack([a["xs"]] * 2, 1),  # a bidirectional scan
+    two = (jnp.stack([a["w"]] * 2), jnp.stack([a["xs"]] * 2),  # a bidirectional scan
            jnp.stack([a["c"]] * 2), jnp.stack([a["h"]] * 2))
     assert uses_kernel(scan, *two)
     gru = lambda xs, h: recurrent.scan_cell(  # noqa: E731

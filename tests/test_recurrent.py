@@ -237,7 +237,7 @@ def test_one_recurrent_mask_shared_by_both_directions_of_lstm_scan():
     gradient is the broadcast's: summed over the axes it was broadcast along."""
     k = jax.random.split(jax.random.key(0), 3)
     w = jax.random.normal(k[0], (2, 4, 16)) * 0.3
-    xs = jax.random.normal(k[1], (5, 2, 3, 16))
+    xs = jax.random.normal(k[1], (2, 3, 5, 16))  # (direction, batch, time, 4H)
     carry = (jnp.zeros((2, 3, 4)), jnp.zeros((2, 3, 4)))
 
     def loss(mask):
@@ -353,7 +353,7 @@ def test_gradients_come_back_in_their_parameters_dtype():
 
     k = jax.random.split(jax.random.key(1), 4)
     args = (jax.random.normal(k[0], (4, 16), jnp.bfloat16),  # w_hh
-            jax.random.normal(k[1], (5, 3, 16), jnp.bfloat16),  # xs
+            jax.random.normal(k[1], (3, 5, 16), jnp.bfloat16),  # xs
             (jax.random.normal(k[2], (3, 4)), jnp.zeros((3, 4))),  # float32 carry
             None, jax.random.uniform(k[3], (3, 4)))  # float32 recurrent mask
 

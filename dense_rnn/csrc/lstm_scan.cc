@@ -25,35 +25,42 @@ namespace {
 using namespace dense_rnn;  // NOLINT: the shared pieces of scan_kernel.h
 
 // The sizes of a call: D independent LSTMs (directions) of H units over T steps of B rows.
-// w is (D, H, 4H), or (H, 4H) for D = 1; a per-step operand (T, D, B, n), or (T, B, n), is
-// n-wide row (t * D + d) * B + r; a carry (D, B, H), row d * B + r.
+// w is (D, H, 4H), or (H, 4H) for D = 1. A sequence operand (xs, ys, dys, dzs) is (D, B, T,
+// n), or (B, T, n): the layers' batch-major layout, so that no transposed copy is made on
+// the way in or out; n-wide row (d * B + r) * T + t. Of the saved residuals, h_{t-1} lies
+// so too (dW multiplies it with dzs); the gates' activations, c_{t-1} and tanh(c_t), read by
+// the backward scan alone, lie time-major, (T, D, B, n), as XLA's scan saves them. A carry
+// is (D, B, H), row d * B + r; the mask (B, T).
 struct Dims {
   int64_t D, H, G, T, B;
 
-  // The row of step t, direction d, batch row r in a per-step operand.
-  int64_t Row(int64_t t, int64_t d, int64_t r) const { return (t * D + d) * B + r; }
+  // The row of step t, direction d, batch row r in a sequence operand, and in a time-major
+  // residual.
+  int64_t Row(int64_t t, int64_t d, int64_t r) const { return (d * B + r) * T + t; }
+  int64_t Saved(int64_t t, int64_t d, int64_t r) const { return (t * D + d) * B + r; }
 };
 
-// The dims of w and a per-step operand seq (T, [D,] B, n), or an error message.
+// The dims of w and a sequence operand seq ([D,] B, T, n), or an error message.
 const char* ReadDims(const Buffer& w, const Buffer& seq, Dims& dims) {
   const auto wd = w.dimensions();
   const auto sd = seq.dimensions();
   if ((wd.size() != 2 && wd.size() != 3) || sd.size() != wd.size() + 1 ||
-      (wd.size() == 3 && sd[1] != wd[0])) {
-    return "w is (H, 4H) or (D, H, 4H); the sequence (T, B, n) or (T, D, B, n)";
+      (wd.size() == 3 && sd[0] != wd[0])) {
+    return "w is (H, 4H) or (D, H, 4H); the sequence (B, T, n) or (D, B, T, n)";
   }
   dims.D = wd.size() == 3 ? wd[0] : 1;
   dims.H = wd[wd.size() - 2];
   dims.G = 4 * dims.H;
-  dims.T = sd[0];
-  dims.B = sd[sd.size() - 2];
+  dims.T = sd[sd.size() - 2];
+  dims.B = sd[sd.size() - 3];
   return wd[wd.size() - 1] == dims.G ? nullptr : "w is (H, 4H) or (D, H, 4H)";
 }
 
-// Forward. w (D, H, 4H) or (H, 4H); xs (T, D, B, 4H) or (T, B, 4H); c0, h0 (D, B, H);
-// mask (T, B), the same for every direction, or empty; rmask (D, B, H) or empty. Results:
-// ys (T, D, B, H), c, h (D, B, H) and, unless empty, the residuals acts (T, D, B, 4H),
-// c_prev, tc, h_prev (T, D, B, H) of recurrent._lstm_forward (without D: its dims left out).
+// Forward. w (D, H, 4H) or (H, 4H); xs (D, B, T, 4H) or (B, T, 4H); c0, h0 (D, B, H);
+// mask (B, T), the same for every direction, or empty; rmask (D, B, H) or empty. Results:
+// ys (D, B, T, H), c, h (D, B, H) and, unless empty, the residuals acts (T, D, B, 4H),
+// c_prev, tc (T, D, B, H) and h_prev (D, B, T, H) of recurrent._lstm_forward (without D:
+// its dims left out).
 ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xs, Buffer c0, Buffer h0, Buffer mask,
                    Buffer rmask, Result ys, Result c_out, Result h_out, Result acts,
                    Result c_prev, Result tc_out, Result h_prev) {
@@ -67,7 +74,7 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xs, Buffer c0, Buffer 
   const int64_t rows = T * D * B;  // of every per-step operand
   if (auto e = Check(xs.dimensions().back() == G &&
                          Count(c0) == D * B * H && Count(h0) == D * B * H &&
-                         (!masked || Count(mask) == T * B) &&
+                         (!masked || Count(mask) == B * T) &&
                          (!dropped || Count(rmask) == D * B * H) &&
                          Count(*ys) == rows * H &&
                          (!save || (Count(*acts) == rows * G &&
@@ -124,18 +131,18 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xs, Buffer c0, Buffer 
         const int64_t u0 = j * kUnits;
         const int units = static_cast<int>(std::min<int64_t>(kUnits, H - u0));
         for (int i = 0; i < rows; ++i) {
-          const int64_t r = r0 + i, row = dims.Row(t, d, r);
+          const int64_t r = r0 + i, row = dims.Row(t, d, r), saved = dims.Saved(t, d, r);
           float* cr = cd + r * H + u0;
           float* hr = hd + r * H + u0;
           // the gates and state update
           const LstmUnits s(tile + i * kNR, px + row * G + u0, H, cr, units);
           if (save) {
-            s.StoreGates(acts->typed_data() + row * G + u0, H, units);
-            Store(s.c_old, units, c_prev->typed_data() + row * H + u0);
-            Store(s.tc, units, tc_out->typed_data() + row * H + u0);
+            s.StoreGates(acts->typed_data() + saved * G + u0, H, units);
+            Store(s.c_old, units, c_prev->typed_data() + saved * H + u0);
+            Store(s.tc, units, tc_out->typed_data() + saved * H + u0);
             Copy<kUnits>(hr, units, h_prev->typed_data() + row * H + u0);
           }
-          const bool keep = pm == nullptr || pm[t * B + r] != 0.f;
+          const bool keep = pm == nullptr || pm[r * T + t] != 0.f;
           if (keep) Store(s.c, units, cr), Store(s.h, units, hr);
           Store(keep ? s.h : Half{}, units, py + row * H + u0);
           float* an = a_next + r * H + u0;
@@ -151,10 +158,10 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xs, Buffer c0, Buffer 
   return ffi::Error::Success();
 }
 
-// Backward. w (D, H, 4H) or (H, 4H); dys (T, D, B, H) or (T, B, H); dc, dh (D, B, H), the
+// Backward. w (D, H, 4H) or (H, 4H); dys (D, B, T, H) or (B, T, H); dc, dh (D, B, H), the
 // final carry's cotangents; mask, rmask as Forward's; the residuals acts, c_prev, tc,
-// h_prev. Results: dzs (T, D, B, 4H) or (T, B, 4H), the gates' gradients; dc0, dh0 (D, B,
-// H); drmask (D, B, H), or empty without rmask.
+// h_prev, as Forward saves them. Results: dzs (D, B, T, 4H) or (B, T, 4H), the gates'
+// gradients; dc0, dh0 (D, B, H); drmask (D, B, H), or empty without rmask.
 ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dc_last, Buffer dh_last,
                     Buffer mask, Buffer rmask, Buffer acts, Buffer c_prev, Buffer tc,
                     Buffer h_prev, Result dzs, Result dc_out, Result dh_out, Result drmask) {
@@ -167,7 +174,7 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dc_last, 
   const int64_t rows = T * D * B, carries = D * B * H;
   if (auto e = Check(dys.dimensions().back() == H &&
                          Count(dc_last) == carries && Count(dh_last) == carries &&
-                         (!masked || Count(mask) == T * B) &&
+                         (!masked || Count(mask) == B * T) &&
                          (!dropped || (Count(rmask) == carries &&
                                        Count(*drmask) == carries)) &&
                          Count(acts) == rows * G && Count(c_prev) == rows * H &&
@@ -213,18 +220,18 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dc_last, 
       const int64_t t = T - stage;
       const int64_t carry0 = d * B * H;  // direction d's rows of a carry
       if (t + 1 < T) {  // dh of step t + 1's inputs: its dz (all units') times W_d^T
-        const int64_t next0 = dims.Row(t + 1, d, 0);  // its first row
-        const float* a_next = dzs->typed_data() + next0 * G;  // every unit's, by now
         for (int64_t r0 = 0; r0 < B; r0 += kMR) {
           const int rows = static_cast<int>(std::min<int64_t>(kMR, B - r0));
-          kTiles[rows - 1](a_next + r0 * G, G, pd, G, tile);
+          // every unit's dz of step t + 1 by now: rows r0... of it, T rows apart
+          kTiles[rows - 1](dzs->typed_data() + dims.Row(t + 1, d, r0) * G, T * G, pd, G, tile);
           for (int i = 0; i < rows; ++i) {
             const int64_t r = r0 + i;
+            const float* hp = h_prev.typed_data() + dims.Row(t + 1, d, r) * H;
             for (int64_t u = u_lo; u < u_hi; ++u) {
               const int64_t at = carry0 + r * H + u;
               float dh_in = tile[i * kNR + u - u_lo];
               if (pr) {
-                pdr[at] += h_prev.typed_data()[(next0 + r) * H + u] * dh_in;
+                pdr[at] += hp[u] * dh_in;
                 dh_in *= pr[at];
               }
               dh[at] = dh_pass[at] + dh_in;
@@ -235,14 +242,14 @@ ffi::Error Backward(ffi::ThreadPool pool, Buffer w, Buffer dys, Buffer dc_last, 
       if (t < 0) return;
       // the gates' gradients of step t for the panel's units: recurrent._lstm_scan_bwd's
       for (int64_t r = 0; r < B; ++r) {
-        const int64_t row = dims.Row(t, d, r), x = row * H;
+        const int64_t row = dims.Row(t, d, r), saved = dims.Saved(t, d, r);
         const int64_t at = carry0 + r * H;
-        const bool keep = pm == nullptr || pm[t * B + r] != 0.f;
-        const float* ai = acts.typed_data() + row * G;
+        const bool keep = pm == nullptr || pm[r * T + t] != 0.f;
+        const float* ai = acts.typed_data() + saved * G;
         const float *af = ai + H, *ag = ai + 2 * H, *ao = ai + 3 * H;
-        const float* tcr = tc.typed_data() + x;
-        const float* cpr = c_prev.typed_data() + x;
-        const float* dyr = dys.typed_data() + x;
+        const float* tcr = tc.typed_data() + saved * H;
+        const float* cpr = c_prev.typed_data() + saved * H;
+        const float* dyr = dys.typed_data() + row * H;
         float* dzi = dzs->typed_data() + row * G;
         float *dzf = dzi + H, *dzg = dzi + 2 * H, *dzo = dzi + 3 * H;
         float* dhr = dh + at;
