@@ -31,12 +31,14 @@ Params = dict[str, Array]
 Carry = Any
 
 
-def project(params: Params, x: Array) -> Array:
+def project(params: Params, x: Array, bias: bool = True) -> Array:
     """Input projection of every gate, ``x @ w_ih + b``, for any leading shape, in the
-    dtype of ``x`` and ``w_ih`` promoted (an integer ``x`` in ``w_ih``'s), as ``nn.Dense``."""
+    dtype of ``x`` and ``w_ih`` promoted (an integer ``x`` in ``w_ih``'s), as ``nn.Dense``;
+    without ``bias``, ``x @ w_ih`` (a scan that adds ``b`` itself, ``recurrent.scan_cell``)."""
     w = params["w_ih"]
     dtype = jnp.promote_types(x.dtype, w.dtype)
-    return precision.linear(x.astype(dtype), w.astype(dtype)) + params["b"]
+    xw = precision.linear(x.astype(dtype), w.astype(dtype))
+    return xw + params["b"] if bias else xw
 
 
 def recurrent_product(h: Array, w_hh: Array) -> Array:

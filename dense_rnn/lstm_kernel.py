@@ -2,7 +2,9 @@
 
 ``recurrent.lstm_scan``'s forward scan (with the residuals its backward needs) and its
 backward scan, each as one XLA FFI call (``csrc/lstm_scan.cc``, built by
-``dense_rnn.native``) in place of ~16 XLA kernels a step: the recurrent weight packed once
+``dense_rnn.native``) in place of ~16 XLA kernels a step, on the layers' batch-major
+sequences where they lie (XLA's scans would read them through transposed copies) and with
+the gates' biases added as the input projection is read: the recurrent weight packed once
 a call for a register-tiled product, the gates and the state update computed beside it,
 each step's panels of hidden units claimed one at a time by XLA's intra-op threads (a
 thread the OS deschedules holds up a step by one panel at most). The arithmetic
@@ -59,13 +61,13 @@ def applies(w_hh: Array, *arrays: Array | None) -> bool:
 
 
 def forward(w_hh: Array, xs: Array, carry: tuple[Array, Array], mask: Array | None,
-            rmask: Array | None, save: bool
+            rmask: Array | None, save: bool, b: Array | None = None
             ) -> tuple[tuple[Array, Array], Array, Residuals | None]:
     """``recurrent._lstm_forward`` (no ``unroll``) as the kernel: ``(carry, ys, residuals)``,
     ``xs`` and ``ys`` batch-major (batch, time, .), the residuals as ``lstm_scan`` keeps
-    them and ``None`` unless ``save``. With a direction axis (``w_hh`` (D, H, 4H), ``xs``
-    (D, B, T, 4H), the carry (D, B, H)) the D directions run in one call, their steps side
-    by side."""
+    them and ``None`` unless ``save``; ``b`` (4H) or (D, 4H), the gates' biases, is added
+    to ``xs`` as it is read. With a direction axis (``w_hh`` (D, H, 4H), ``xs`` (D, B, T,
+    4H), the carry (D, B, H)) the D directions run in one call, their steps side by side."""
     c0, h0 = carry
     r = None if rmask is None else jnp.broadcast_to(rmask, h0.shape)
     *lead, t, g = xs.shape  # lead: ([D,] B)
@@ -74,7 +76,7 @@ def forward(w_hh: Array, xs: Array, carry: tuple[Array, Array], mask: Array | No
     shapes = [seq, h0.shape, h0.shape,
               *([(t, *lead, g), saved, saved, seq] if save else [(0,)] * 4)]
     ys, c, h, *res = native.call("lstm_forward", shapes, w_hh, xs, c0, h0, native.optional(mask),
-                                 native.optional(r))
+                                 native.optional(r), native.optional(b))
     return (c, h), ys, tuple(res) if save else None
 
 

@@ -209,6 +209,7 @@ def scan_cell(
     reverse: bool = False,
     unroll: int = 1,
     recurrent_mask: Array | None = None,
+    bias: Array | None = None,
 ) -> tuple[cells.Carry, Array]:
     """Runs ``cell.step`` over a pre-projected sequence ``xw`` (batch, time, gates).
 
@@ -225,6 +226,9 @@ def scan_cell(
         to ``h_{t-1}`` in the recurrent product, the same at every step (Gal & Ghahramani
         2016), in the carry's dtype. LSTM only: there ``h_{t-1}`` enters the step through
         that product alone.
+      bias: optional ``(gates,)`` added to ``xw`` at every step, for an ``xw`` projected
+        without it (``cells.project(params, x, bias=False)``): the LSTM kernel adds it as it
+        reads ``xw``, saving a pass over the sequence.
 
     Returns:
       ``(final_carry, outputs)``; outputs are ``(batch, time, hidden)``, zero at padding.
@@ -238,14 +242,16 @@ def scan_cell(
     if reverse:
         xw = reverse_padded(xw, lengths)
     mask = None if lengths is None else length_mask(lengths, xw.shape[1])  # (batch, time)
-    if _kernel_cell(cell, params, xw, carry):  # batch-major, as xw
-        carry, ys = dense_kernel.scan((params["w_hh"],), xw, carry, mask, False, cell.name)
-    elif _fast_lstm(cell):  # batch-major too
-        carry, ys = lstm_scan(params["w_hh"], xw, carry, mask, recurrent_mask, unroll)
-    else:  # a time-major lax.scan
-        xs, mask = jnp.swapaxes(xw, 0, 1), None if mask is None else mask.T
-        carry, ys = _generic_scan(cell, params, xs, carry, mask, unroll)
-        ys = jnp.swapaxes(ys, 0, 1)
+    if _fast_lstm(cell):  # batch-major, as xw; the C++ kernel adds the bias as it reads xw
+        carry, ys = lstm_scan(params["w_hh"], xw, carry, mask, recurrent_mask, unroll, bias)
+    else:
+        xw = xw if bias is None else xw + bias
+        if _kernel_cell(cell, params, xw, carry):  # batch-major too
+            carry, ys = dense_kernel.scan((params["w_hh"],), xw, carry, mask, False, cell.name)
+        else:  # a time-major lax.scan
+            xs, mask = jnp.swapaxes(xw, 0, 1), None if mask is None else mask.T
+            carry, ys = _generic_scan(cell, params, xs, carry, mask, unroll)
+            ys = jnp.swapaxes(ys, 0, 1)
     if reverse:
         ys = reverse_padded(ys, lengths)
     return carry, ys
@@ -279,18 +285,19 @@ def _lstm_forward(
     carry: tuple[Array, Array],
     mask: Array | None,
     rmask: Array | None,
+    b: Array | None,
     unroll: int,
     save: bool,
 ) -> tuple[tuple[Array, Array], Array, lstm_kernel.Residuals | None]:
-    """The LSTM scan of ``cells.lstm_step`` (its gates and ``cells.lstm_update``); with
-    ``save`` it also returns per step the residuals its backward pass needs. In float32 on
-    an AVX-512 CPU, one call of the C++ kernel (``lstm_kernel``)."""
+    """The LSTM scan of ``cells.lstm_step`` (its gates and ``cells.lstm_update``) over
+    ``xs + b``; with ``save`` it also returns per step the residuals its backward pass
+    needs. In float32 on an AVX-512 CPU, one call of the C++ kernel (``lstm_kernel``)."""
     xla = functools.partial(_xla_lstm_forward, unroll=unroll, save=save)
-    if not lstm_kernel.applies(w_hh, xs, *carry, rmask):
-        return xla(w_hh, xs, carry, mask, rmask)
+    if not lstm_kernel.applies(w_hh, xs, *carry, rmask, b):
+        return xla(w_hh, xs, carry, mask, rmask, b)
     return jax.lax.platform_dependent(
-        w_hh, xs, carry, mask, rmask, default=xla,
-        cpu=functools.partial(lstm_kernel.forward, save=save))
+        w_hh, xs, carry, mask, rmask, b, default=xla,
+        cpu=lambda w, x, c, m, r, b: lstm_kernel.forward(w, x, c, m, r, save, b))
 
 
 def _xla_lstm_forward(
@@ -299,10 +306,13 @@ def _xla_lstm_forward(
     carry: tuple[Array, Array],
     mask: Array | None,
     rmask: Array | None,
+    b: Array | None,
     unroll: int,
     save: bool,
 ) -> tuple[tuple[Array, Array], Array, lstm_kernel.Residuals | None]:
     """``_lstm_forward`` as a ``lax.scan`` of XLA's kernels, over ``xs`` moved time-major."""
+    if b is not None:  # (4H) or (D, 4H), over every batch row and step
+        xs = xs + jnp.expand_dims(b, (-3, -2))
 
     def body(
         carry: tuple[Array, Array], inputs: tuple[Array, Array | None]
@@ -329,7 +339,8 @@ def _xla_lstm_forward(
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
 def lstm_scan(w_hh: Array, xs: Array, carry: tuple[Array, Array], mask: Array | None,
-              rmask: Array | None, unroll: int = 1) -> tuple[tuple[Array, Array], Array]:
+              rmask: Array | None, unroll: int = 1, b: Array | None = None
+              ) -> tuple[tuple[Array, Array], Array]:
     """The LSTM over batch-major pre-projected inputs ``xs`` (batch, time, 4H), with a
     hand-written backward pass; the outputs are (batch, time, H). With a leading direction
     axis on ``w_hh`` (D, H, 4H), ``xs`` (D, batch, time, 4H) and the carry (D, batch, H), D
@@ -337,14 +348,16 @@ def lstm_scan(w_hh: Array, xs: Array, carry: tuple[Array, Array], mask: Array | 
     one on reversed inputs).
 
     ``mask`` (batch, time) marks real steps (padding keeps the carry and outputs 0),
-    ``rmask`` (batch, H) or (D, batch, H) is the recurrent dropout mask on ``h_{t-1}``. The
+    ``rmask`` (batch, H) or (D, batch, H) is the recurrent dropout mask on ``h_{t-1}``;
+    ``b`` (4H) or (D, 4H), if given, is added to ``xs`` (the C++ kernel adds it as it reads
+    ``xs``, with no pass of its own over the sequence). The
     forward scan computes all four gates in one elementwise pass and saves them as one
     array. The backward scan carries only ``(dc, dh)`` and emits the gate gradients ``dz``;
     the weight gradient is then one matrix product over all steps, ``sum_t h_{t-1}^T dz_t``,
     instead of a small product accumulated at every step. In float32 on an AVX-512 CPU each of
     the two scans is one call of a C++ kernel (``lstm_kernel``) with the same arithmetic.
     """
-    carry, ys, _ = _lstm_forward(w_hh, xs, carry, mask, rmask, unroll, save=False)
+    carry, ys, _ = _lstm_forward(w_hh, xs, carry, mask, rmask, b, unroll, save=False)
     return carry, ys
 
 
@@ -355,16 +368,18 @@ def _lstm_scan_fwd(
     mask: Array | None,
     rmask: Array | None,
     unroll: int,
+    b: Array | None,
 ) -> tuple[tuple[tuple[Array, Array], Array], tuple]:
-    carry, ys, res = _lstm_forward(w_hh, xs, carry, mask, rmask, unroll, save=True)
-    # an empty array carries xs's dtype, which the gradient must have, to the backward pass
-    return (carry, ys), (w_hh, jnp.empty((0,), xs.dtype), mask, rmask, res)
+    carry, ys, res = _lstm_forward(w_hh, xs, carry, mask, rmask, b, unroll, save=True)
+    # empty arrays carry xs's and b's dtypes, which the gradients must have, to the backward
+    b_dtype = None if b is None else jnp.empty((0,), b.dtype)
+    return (carry, ys), (w_hh, jnp.empty((0,), xs.dtype), b_dtype, mask, rmask, res)
 
 
 def _lstm_scan_bwd(
     unroll: int, residuals: tuple, cotangents: tuple[tuple[Array, Array], Array]
-) -> tuple[Array, Array, tuple[Array, Array], None, Array | None]:
-    w_hh, xs_dtype, mask, rmask, res = residuals
+) -> tuple[Array, Array, tuple[Array, Array], None, Array | None, Array | None]:
+    w_hh, xs_dtype, b_dtype, mask, rmask, res = residuals
     dcarry, dys = cotangents
     xla = functools.partial(_xla_lstm_backward, unroll=unroll)
     if lstm_kernel.applies(w_hh, dys, *dcarry, rmask, *res):
@@ -379,8 +394,11 @@ def _lstm_scan_bwd(
     dw = jax.vmap(_sum_over_steps) if w_hh.ndim == 3 else _sum_over_steps
     # each gradient in its primal's dtype (a float32 carry under bfloat16 weights, say)
     dcarry = (dc0.astype(res[1].dtype), dh0.astype(res[-1].dtype))
+    # the bias's: summed over the batch and the steps, in at least float32
+    db = None if b_dtype is None else dzs.sum(
+        (-3, -2), dtype=jnp.promote_types(dzs.dtype, jnp.float32)).astype(b_dtype.dtype)
     return (dw(h_prev, dzs).astype(w_hh.dtype), dzs.astype(xs_dtype.dtype), dcarry, None,
-            drmask)
+            drmask, db)
 
 
 def _xla_lstm_backward(
@@ -532,14 +550,15 @@ class Recurrent(nn.Module):
             raise ValueError(f"Recurrent: reverse={self.reverse!r} must be True or False; "
                              "give unroll= by name")
         params = self.cell_params(x.shape[-1])
-        xw = cells.project(params, x)  # every time step in one matrix product
+        # every time step in one matrix product; the scan adds the bias (scan_cell)
+        xw = cells.project(params, x, bias=False)
         spec = cells.get_cell(self.cell)
         # in the dtype of x and the parameters promoted, as nn.Dense's output
         carry = initial_carry("Recurrent", spec, carry, x.shape[0], self.features, xw.dtype)
         if recurrent_mask is not None and spec.name == "lstm":
             recurrent_mask = _recurrent_mask("Recurrent", recurrent_mask, carry[1])
         return scan_cell(spec, params, xw, carry, lengths, self.reverse, self.unroll,
-                         recurrent_mask)
+                         recurrent_mask, params["b"])
 
 
 class Bidirectional(nn.Module):
@@ -602,7 +621,9 @@ class Bidirectional(nn.Module):
         pf = CellParams(**kw, name="fwd")(x.shape[-1])
         pb = CellParams(**kw, name="bwd")(x.shape[-1])
         spec = cells.get_cell(self.cell)
-        xw = cells.project(jax.tree.map(lambda a, b: jnp.concatenate([a, b], -1), pf, pb), x)
+        fast = _fast_lstm(spec)  # its scan adds the biases itself
+        xw = cells.project(jax.tree.map(lambda a, b: jnp.concatenate([a, b], -1), pf, pb), x,
+                           bias=not fast)
         xf, xb = jnp.split(xw, 2, axis=-1)
         hint = "" if carry is None else lengths_hint(carry)
         if carry is not None and (hint or not _per_direction(carry)):
@@ -616,7 +637,7 @@ class Bidirectional(nn.Module):
         if recurrent_mask is not None and spec.name == "lstm":
             rmask = tuple(_recurrent_mask("Bidirectional (each direction)", m, c[1])
                           for m, c in zip(rmask, carry, strict=True))
-        if not _fast_lstm(spec):
+        if not fast:
             cf, yf = scan_cell(spec, pf, xf, carry[0], lengths, False, self.unroll, rmask[0])
             cb, yb = scan_cell(spec, pb, xb, carry[1], lengths, True, self.unroll, rmask[1])
             return (cf, cb), jnp.concatenate([yf, yb], axis=-1)
@@ -624,7 +645,8 @@ class Bidirectional(nn.Module):
         mask = None if lengths is None else length_mask(lengths, x.shape[1])
         (c, h), ys = lstm_scan(
             jnp.stack([pf["w_hh"], pb["w_hh"]]), xs, jax.tree.map(_stack2, *carry), mask,
-            None if recurrent_mask is None else jnp.stack(rmask), self.unroll)
+            None if recurrent_mask is None else jnp.stack(rmask), self.unroll,
+            jnp.stack([pf["b"], pb["b"]]))
         return ((c[0], h[0]), (c[1], h[1])), jnp.concatenate(
             [ys[0], reverse_padded(ys[1], lengths)], axis=-1)
 

@@ -29,27 +29,28 @@ def kernel_on(monkeypatch):
 
 
 def operands(t, b, h, seed=0, masked=False, dropped=False, directions=None):
-    """One LSTM's operands (``xs`` (B, T, 4H)), or with ``directions`` D that many, stacked
-    on a direction axis (``w`` (D, H, 4H), ``xs`` (D, B, T, 4H), carries (D, B, H)) with one
-    mask (B, T)."""
+    """One LSTM's operands (``xs`` (B, T, 4H), biases ``b`` (4H)), or with ``directions`` D
+    that many, stacked on a direction axis (``w`` (D, H, 4H), ``xs`` (D, B, T, 4H), ``b``
+    (D, 4H), carries (D, B, H)) with one mask (B, T)."""
     rng = np.random.default_rng(seed)
     d = () if directions is None else (directions,)
     f32 = lambda *s, scale=1.0: (scale * rng.standard_normal(s)).astype(np.float32)  # noqa: E731
     return {
         "w": f32(*d, h, 4 * h, scale=0.3), "xs": f32(*d, b, t, 4 * h), "c": f32(*d, b, h),
         "h": f32(*d, b, h), "mask": rng.random((b, t)) < 0.7 if masked else None,
+        "b": f32(*d, 4 * h, scale=0.5),
         "rmask": ((rng.random((*d, b, h)) < 0.8) / 0.8).astype(np.float32) if dropped else None,
     }
 
 
 def direction(a, d):
     """Direction ``d``'s operands of ``operands(..., directions=D)``."""
-    pick = {"w": 0, "xs": 0, "c": 0, "h": 0, "rmask": 0}
+    pick = {"w": 0, "xs": 0, "c": 0, "h": 0, "rmask": 0, "b": 0}
     return {k: v if v is None or k not in pick else np.take(v, d, pick[k]) for k, v in a.items()}
 
 
-def numpy_lstm(w, xs, c, h, mask, rmask):
-    """The LSTM of ``cells.lstm_step`` in float64 NumPy over ``xs`` (B, T, 4H): outputs
+def numpy_lstm(w, xs, c, h, mask, rmask, b):
+    """The LSTM of ``cells.lstm_step`` in float64 NumPy over ``xs + b`` (B, T, 4H): outputs
     (B, T, H), final carry and, per step, the gate activations, ``c_{t-1}``, ``tanh(c_t)``
     (time-major) and ``h_{t-1}`` (batch-major), as the kernel saves them."""
     sig = lambda x: 1 / (1 + np.exp(-x))  # noqa: E731
@@ -57,7 +58,7 @@ def numpy_lstm(w, xs, c, h, mask, rmask):
     c, h = c.astype(np.float64), h.astype(np.float64)
     ys, res = [], []
     for t in range(xs.shape[1]):
-        z = xs[:, t] + (h if rmask is None else h * rmask) @ w.astype(np.float64)
+        z = (xs[:, t] + b) + (h if rmask is None else h * rmask) @ w.astype(np.float64)
         i, f, o = sig(z[:, :n]), sig(z[:, n:2 * n]), sig(z[:, 3 * n:])
         g = np.tanh(z[:, 2 * n:3 * n])
         c_new = f * c + i * g
@@ -75,7 +76,7 @@ def numpy_lstm(w, xs, c, h, mask, rmask):
 def test_forward_matches_float64_numpy(kernel_on, t, b, h, masked, dropped):
     a = operands(t, b, h, masked=masked, dropped=dropped)
     (c, hh), ys, res = jax.jit(lstm_kernel.forward, static_argnums=5)(
-        a["w"], a["xs"], (a["c"], a["h"]), a["mask"], a["rmask"], True)
+        a["w"], a["xs"], (a["c"], a["h"]), a["mask"], a["rmask"], True, a["b"])
     want_ys, (want_c, want_h), want_res = numpy_lstm(**a)
     for got, want in zip([ys, c, hh, *res], [want_ys, want_c, want_h, *want_res], strict=True):
         assert got.shape == want.shape and got.dtype == jnp.float32
@@ -87,7 +88,7 @@ def test_directions_in_one_call_match_float64_numpy(kernel_on, t, b, h):
     """D = 3 LSTMs on a direction axis, one mask for all: each direction is its own LSTM."""
     a = operands(t, b, h, masked=True, dropped=True, directions=3)
     (c, hh), ys, res = jax.jit(lstm_kernel.forward, static_argnums=5)(
-        a["w"], a["xs"], (a["c"], a["h"]), a["mask"], a["rmask"], True)
+        a["w"], a["xs"], (a["c"], a["h"]), a["mask"], a["rmask"], True, a["b"])
     for d in range(3):
         want_ys, (want_c, want_h), want_res = numpy_lstm(**direction(a, d))
         got = [ys[d], c[d], hh[d], *(r[:, d] for r in res[:3]), res[3][d]]
@@ -119,20 +120,20 @@ def test_backward_matches_the_xla_scan(kernel_on, t, b, h, directions, masked, d
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=2e-5)
 
 
-def scan_value_and_grads(w, xs, carry, mask, rmask):
-    def loss(w, xs, carry, rmask):
-        (c, h), ys = recurrent.lstm_scan(w, xs, carry, mask, rmask)
+def scan_value_and_grads(w, xs, carry, mask, rmask, b=None):
+    def loss(w, xs, carry, rmask, b):
+        (c, h), ys = recurrent.lstm_scan(w, xs, carry, mask, rmask, 1, b)
         return jnp.sum(ys * jnp.cos(ys)) + jnp.sum(1.3 * c) - jnp.sum(0.7 * h)
 
-    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)))(w, xs, carry, rmask)
+    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4)))(w, xs, carry, rmask, b)
 
 
 @pytest.mark.parametrize("directions", [None, 2])
 def test_lstm_scan_gradients_match_xla_scans(kernel_on, monkeypatch, directions):
-    """Every gradient of ``lstm_scan`` (lengths and a recurrent dropout mask; one direction
-    or two) through the kernel and through XLA's scans."""
+    """Every gradient of ``lstm_scan`` (lengths, a recurrent dropout mask and biases; one
+    direction or two) through the kernel and through XLA's scans."""
     a = operands(6, 5, 9, masked=True, dropped=True, directions=directions)
-    args = (a["w"], a["xs"], (a["c"], a["h"]), jnp.asarray(a["mask"]), a["rmask"])
+    args = (a["w"], a["xs"], (a["c"], a["h"]), jnp.asarray(a["mask"]), a["rmask"], a["b"])
     got = scan_value_and_grads(*args)
     monkeypatch.setenv("DENSE_RNN_LSTM_KERNEL", "off")
     want = scan_value_and_grads(*args)
@@ -152,6 +153,27 @@ def test_outputs_independent_of_padding(kernel_on, layer):
     _, long = layer.apply(params, x, lengths=jnp.array([5, 9]))
     np.testing.assert_allclose(long[0, :5], short[0], rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(long[0, 5:], 0.0)
+
+
+@pytest.mark.parametrize("layer", [
+    recurrent.Recurrent("lstm", 6, bias_init=jax.nn.initializers.normal(1.0)),
+    recurrent.Bidirectional("lstm", 6, bias_init=jax.nn.initializers.normal(1.0))])
+def test_layers_with_biases_match_xla_scans(kernel_on, monkeypatch, layer):
+    """The layers hand their biases to the kernel, which adds them as it reads the
+    projection: outputs and every gradient as through XLA's scans."""
+    x = jax.random.normal(jax.random.key(0), (3, 7, 4))
+    lengths = jnp.array([7, 4, 1])
+    params = layer.init(jax.random.key(1), x, lengths=lengths)
+
+    def value_and_grads():
+        loss = lambda p, x: jnp.sum(jnp.sin(layer.apply(p, x, lengths=lengths)[1]))  # noqa: E731
+        return jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(params, x)
+
+    got = value_and_grads()
+    monkeypatch.setenv("DENSE_RNN_LSTM_KERNEL", "off")
+    want = value_and_grads()
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
 
 
 def uses_kernel(fn, *args) -> bool:

@@ -57,12 +57,13 @@ const char* ReadDims(const Buffer& w, const Buffer& seq, Dims& dims) {
 }
 
 // Forward. w (D, H, 4H) or (H, 4H); xs (D, B, T, 4H) or (B, T, 4H); c0, h0 (D, B, H);
-// mask (B, T), the same for every direction, or empty; rmask (D, B, H) or empty. Results:
+// mask (B, T), the same for every direction, or empty; rmask (D, B, H) or empty; b (D, 4H),
+// the gates' biases added to xs, or empty. Results:
 // ys (D, B, T, H), c, h (D, B, H) and, unless empty, the residuals acts (T, D, B, 4H),
 // c_prev, tc (T, D, B, H) and h_prev (D, B, T, H) of recurrent._lstm_forward (without D:
 // its dims left out).
 ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xs, Buffer c0, Buffer h0, Buffer mask,
-                   Buffer rmask, Result ys, Result c_out, Result h_out, Result acts,
+                   Buffer rmask, Buffer bias, Result ys, Result c_out, Result h_out, Result acts,
                    Result c_prev, Result tc_out, Result h_prev) {
   Dims dims;
   if (const char* bad = ReadDims(w, xs, dims)) {
@@ -70,12 +71,13 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xs, Buffer c0, Buffer 
   }
   const int64_t D = dims.D, H = dims.H, G = dims.G, T = dims.T, B = dims.B;
   const bool masked = Count(mask) > 0, dropped = Count(rmask) > 0,
-             save = Count(*acts) > 0;
+             biased = Count(bias) > 0, save = Count(*acts) > 0;
   const int64_t rows = T * D * B;  // of every per-step operand
   if (auto e = Check(xs.dimensions().back() == G &&
                          Count(c0) == D * B * H && Count(h0) == D * B * H &&
                          (!masked || Count(mask) == B * T) &&
                          (!dropped || Count(rmask) == D * B * H) &&
+                         (!biased || Count(bias) == D * G) &&
                          Count(*ys) == rows * H &&
                          (!save || (Count(*acts) == rows * G &&
                                     Count(*c_prev) == rows * H &&
@@ -94,6 +96,7 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xs, Buffer c0, Buffer 
   const float* px = xs.typed_data();
   const float* pm = masked ? mask.typed_data() : nullptr;
   const float* pr = dropped ? rmask.typed_data() : nullptr;
+  const float* pb = biased ? bias.typed_data() : nullptr;
   float* py = ys->typed_data();
 
   const int64_t panels = (H + kUnits - 1) / kUnits;  // of each direction
@@ -135,7 +138,8 @@ ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xs, Buffer c0, Buffer 
           float* cr = cd + r * H + u0;
           float* hr = hd + r * H + u0;
           // the gates and state update
-          const LstmUnits s(tile + i * kNR, px + row * G + u0, H, cr, units);
+          const LstmUnits s(tile + i * kNR, px + row * G + u0, H, cr, units,
+                            pb ? pb + d * G + u0 : nullptr);
           if (save) {
             s.StoreGates(acts->typed_data() + saved * G + u0, H, units);
             Store(s.c_old, units, c_prev->typed_data() + saved * H + u0);
@@ -294,6 +298,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(DenseRnnLstmForward, Forward,
                                   .Arg<Buffer>()  // h0
                                   .Arg<Buffer>()  // mask
                                   .Arg<Buffer>()  // rmask
+                                  .Arg<Buffer>()  // b
                                   .Ret<Buffer>()  // ys
                                   .Ret<Buffer>()  // c
                                   .Ret<Buffer>()  // h

@@ -227,12 +227,20 @@ inline const Vec kGateScale = [] {
 // the panel's tile, holds the recurrent products of the gates; x, the row's input
 // projection at the panel's first unit (gate g at x + g * H); c, its c_{t-1}. if_ and go
 // are the gates' activations [i | f] and [g | o]; c_old, c, tc and h are c_{t-1}, c_t,
-// tanh(c_t) and h_t.
+// tanh(c_t) and h_t. With b, the gates' biases at the panel's first unit (gate g at
+// b + g * H), the input is x + b, added first, as XLA adds the bias to the projection.
 struct LstmUnits {
-  LstmUnits(const float* z, const float* x, int64_t H, const float* c_prev, int units) {
+  LstmUnits(const float* z, const float* x, int64_t H, const float* c_prev, int units,
+            const float* b = nullptr) {
     const Vec* zv = reinterpret_cast<const Vec*>(z);
-    if_ = zv[0] + Join(Load(x, units), Load(x + H, units));
-    go = zv[1] + Join(Load(x + 2 * H, units), Load(x + 3 * H, units));
+    Vec x_if = Join(Load(x, units), Load(x + H, units));
+    Vec x_go = Join(Load(x + 2 * H, units), Load(x + 3 * H, units));
+    if (b != nullptr) {
+      x_if += Join(Load(b, units), Load(b + H, units));
+      x_go += Join(Load(b + 2 * H, units), Load(b + 3 * H, units));
+    }
+    if_ = zv[0] + x_if;
+    go = zv[1] + x_go;
     if_ = 0.5f * Tanh(0.5f * if_) + 0.5f;
     go = kGateScale * Tanh(kGateScale * go) + (1.f - kGateScale);
     c_old = Load(c_prev, units);
