@@ -414,7 +414,8 @@ def _xla_lstm_backward(
     the gates' gradients ``dzs`` (batch-major, as ``dys``), the initial carry's cotangents
     and, with ``rmask``, its gradient at the carry's shape."""
     dc_last, dh_last = dcarry
-    res = (*res[:3], jnp.moveaxis(res[3], -2, 0))
+    # h_{t-1}, time-major, only for the recurrent mask's gradient
+    res = (*res[:3], None if rmask is None else jnp.moveaxis(res[3], -2, 0))
 
     def body(
         carry: tuple[Array, Array, Array | None],
