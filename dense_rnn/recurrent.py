@@ -622,9 +622,9 @@ class Bidirectional(nn.Module):
         pf = CellParams(**kw, name="fwd")(x.shape[-1])
         pb = CellParams(**kw, name="bwd")(x.shape[-1])
         spec = cells.get_cell(self.cell)
-        fast = _fast_lstm(spec)  # its scan adds the biases itself
+        # both directions' projections in one product; the scans add the biases
         xw = cells.project(jax.tree.map(lambda a, b: jnp.concatenate([a, b], -1), pf, pb), x,
-                           bias=not fast)
+                           bias=False)
         xf, xb = jnp.split(xw, 2, axis=-1)
         hint = "" if carry is None else lengths_hint(carry)
         if carry is not None and (hint or not _per_direction(carry)):
@@ -638,9 +638,11 @@ class Bidirectional(nn.Module):
         if recurrent_mask is not None and spec.name == "lstm":
             rmask = tuple(_recurrent_mask("Bidirectional (each direction)", m, c[1])
                           for m, c in zip(rmask, carry, strict=True))
-        if not fast:
-            cf, yf = scan_cell(spec, pf, xf, carry[0], lengths, False, self.unroll, rmask[0])
-            cb, yb = scan_cell(spec, pb, xb, carry[1], lengths, True, self.unroll, rmask[1])
+        if not _fast_lstm(spec):
+            cf, yf = scan_cell(spec, pf, xf, carry[0], lengths, False, self.unroll, rmask[0],
+                               pf["b"])
+            cb, yb = scan_cell(spec, pb, xb, carry[1], lengths, True, self.unroll, rmask[1],
+                               pb["b"])
             return (cf, cb), jnp.concatenate([yf, yb], axis=-1)
         xs = jnp.stack([xf, reverse_padded(xb, lengths)])  # (direction, batch, time, 4H)
         mask = None if lengths is None else length_mask(lengths, x.shape[1])
