@@ -34,8 +34,8 @@ using namespace dense_rnn;  // NOLINT: the shared pieces of scan_kernel.h
 struct Dims {
   int64_t D, H, G, T, B;
 
-  // The row of step t, direction d, batch row r in a sequence operand, and in a time-major
-  // residual.
+  // The row of step t, direction d, batch row r: in a sequence operand (Row), in a
+  // time-major residual (Saved).
   int64_t Row(int64_t t, int64_t d, int64_t r) const { return (d * B + r) * T + t; }
   int64_t Saved(int64_t t, int64_t d, int64_t r) const { return (t * D + d) * B + r; }
 };
@@ -58,10 +58,9 @@ const char* ReadDims(const Buffer& w, const Buffer& seq, Dims& dims) {
 
 // Forward. w (D, H, 4H) or (H, 4H); xs (D, B, T, 4H) or (B, T, 4H); c0, h0 (D, B, H);
 // mask (B, T), the same for every direction, or empty; rmask (D, B, H) or empty; b (D, 4H),
-// the gates' biases added to xs, or empty. Results:
-// ys (D, B, T, H), c, h (D, B, H) and, unless empty, the residuals acts (T, D, B, 4H),
-// c_prev, tc (T, D, B, H) and h_prev (D, B, T, H) of recurrent._lstm_forward (without D:
-// its dims left out).
+// the gates' biases added to xs, or empty. Results: ys (D, B, T, H), c, h (D, B, H) and,
+// unless empty, the residuals acts (T, D, B, 4H), c_prev, tc (T, D, B, H) and h_prev (D, B,
+// T, H) of recurrent._lstm_forward (without D: its dims left out).
 ffi::Error Forward(ffi::ThreadPool pool, Buffer w, Buffer xs, Buffer c0, Buffer h0, Buffer mask,
                    Buffer rmask, Buffer bias, Result ys, Result c_out, Result h_out, Result acts,
                    Result c_prev, Result tc_out, Result h_prev) {
