@@ -7,9 +7,10 @@ import errno
 import logging as pylogging
 import os
 import re
+import shlex
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from absl import app, flags, logging
 
@@ -18,6 +19,7 @@ from dense_rnn.platform import (
     default_xla_flags,
     enable_compilation_cache,
     reexec_with_fast_malloc,
+    user_xla_flags,
 )
 
 # What an interrupted binary says: training checkpoints are atomic, and pending saves finish
@@ -73,6 +75,16 @@ def _exit_at_once(signum: int, frame: object) -> None:
     sys.stderr.write(f"interrupted; {INTERRUPTED_HINT}\n")
     sys.stderr.flush()
     os._exit(130)
+
+
+def command_line(argv: Sequence[str] | None = None) -> str:
+    """``argv`` (the interpreter first; default this process's own, ``sys.orig_argv``) as a
+    shell line that reruns it, with the user's ``XLA_FLAGS``, which can change a run (not
+    those the binaries add themselves): what a run's ``summary.json`` records."""
+    argv = sys.orig_argv if argv is None else argv
+    xla_flags = user_xla_flags()
+    env = [f"XLA_FLAGS={shlex.quote(xla_flags)}"] if xla_flags else []
+    return " ".join([*env, "python", shlex.join(argv[1:])])
 
 
 def run_binary(run: Callable[[], None]) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 
 from absl import flags
 
-from dense_rnn.cli import run_binary, stop_on_signals
+from dense_rnn.cli import command_line, run_binary, stop_on_signals
 from dense_rnn.configs import flags as config_flags
 from dense_rnn.configs.classifier import ClassifierConfig
 from dense_rnn.configs.families import all_configs, get_config
@@ -215,7 +215,7 @@ def run() -> None:
     kwargs = dict(family=family, dataset=FLAGS.dataset, data_dir=FLAGS.data_dir,
                   embeddings=FLAGS.embeddings, oov=FLAGS.oov, select=FLAGS.select, folds=folds,
                   log=lambda s: print(s, flush=True), max_len=FLAGS.max_len, keep=FLAGS.keep,
-                  hf_dataset=FLAGS.hf_dataset)
+                  hf_dataset=FLAGS.hf_dataset, command=command_line())
     rates = None
     if FLAGS.lr_sweep:
         try:

@@ -21,7 +21,7 @@ import sys
 
 from absl import flags
 
-from dense_rnn.cli import run_binary, stop_on_signals
+from dense_rnn.cli import command_line, run_binary, stop_on_signals
 from dense_rnn.configs import flags as config_flags
 from dense_rnn.configs import ptb as ptb_configs
 from dense_rnn.configs.flags import apply_overrides, define_override_flags, refuse_given
@@ -150,7 +150,8 @@ def run() -> None:
     data_dir = None if FLAGS.hf_dataset else resolve_data_dir(FLAGS.data_dir)
     with stop_on_signals() as should_stop:
         lm.train_and_evaluate(config, data_dir, workdir, FLAGS.hf_dataset,
-                              log=lambda s: print(s, flush=True), should_stop=should_stop)
+                              log=lambda s: print(s, flush=True), should_stop=should_stop,
+                              command=command_line())
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ import glob
 import json
 import os
 import re
-import shlex
 import shutil
 import signal
 import subprocess
@@ -21,6 +20,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import NoReturn
 
 from dense_rnn import files, platform
+from dense_rnn.cli import command_line
 from dense_rnn.errors import UserError
 
 # A finished run's files while the same workdir runs under another command.
@@ -114,14 +114,6 @@ def summary(root: str, name: str, required: Sequence[str] = ()) -> dict | None:
         raise UserError(f"{path} is not a run summary ({why}); delete it and rerun the "
                         "command to finish that run again")
     return s
-
-
-def command_line(cmd: Sequence[str]) -> str:
-    """``cmd`` (``sys.executable`` first) as a shell line that reruns it, with the user's
-    ``XLA_FLAGS``, which can change a run (not those the binaries add themselves)."""
-    xla_flags = platform.user_xla_flags()
-    env = [f"XLA_FLAGS={shlex.quote(xla_flags)}"] if xla_flags else []
-    return " ".join([*env, "python", shlex.join(cmd[1:])])
 
 
 def launch(module: str, args: Sequence[str], workdir: str) -> subprocess.Popen | None:

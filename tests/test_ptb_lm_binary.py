@@ -4,6 +4,7 @@ import dataclasses
 import json
 import math
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -192,18 +193,24 @@ def test_rerunning_a_finished_run_trains_no_more(corpus_dir, tmp_path):
     assert again["test_ppl"] == first["test_ppl"]
 
 
-def test_binary_caches_its_compiled_steps(corpus_dir, tmp_path):
+def test_binary_caches_its_compiled_steps_and_records_its_command(corpus_dir, tmp_path):
     """By default a binary writes its compiled steps to ~/.cache/dense_rnn/jax (here under
-    XDG_CACHE_HOME); the tests' session cache is taken away for this run."""
+    XDG_CACHE_HOME; the tests' session cache is taken away for this run); its summary
+    records the command line that reruns it, with the user's XLA_FLAGS."""
     env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
     env.update(XDG_CACHE_HOME=str(tmp_path / "cache"),
-               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
-    r = subprocess.run(
-        [sys.executable, "-m", "experiments.ptb_lm", "--config=tiny", "--vocab_size=60",
-         f"--data_dir={corpus_dir}", f"--workdir={tmp_path / 'w'}", "--max_steps=3"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+               XLA_FLAGS="--xla_cpu_multi_thread_eigen=false")
+    args = ["--config=tiny", "--vocab_size=60", f"--data_dir={corpus_dir}",
+            f"--workdir={tmp_path / 'w'}", "--max_steps=3"]
+    r = subprocess.run([sys.executable, "-m", "experiments.ptb_lm", *args],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert os.listdir(tmp_path / "cache" / "dense_rnn" / "jax")
+    with open(tmp_path / "w" / "summary.json") as f:
+        assert json.load(f)["command"] == shlex.join(
+            ["XLA_FLAGS=--xla_cpu_multi_thread_eigen=false", "python", "-m",
+             "experiments.ptb_lm", *args])
 
 
 def test_perplexity_overflows_to_inf():

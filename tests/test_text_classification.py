@@ -554,6 +554,7 @@ def test_predict_matches_the_runs_test_accuracy(tmp_path):
     accuracy = np.mean([int(row[0]) == y for row, y in zip(rows, labels, strict=True)])
     summary = json.load(open(f"{tmp_path}/w/summary.json"))
     assert accuracy == pytest.approx(summary["test_accuracy"])
+    assert summary["command"].startswith(f"python -m experiments.classify --data_dir={tmp_path} ")
     assert f"{len(lines)} texts" in r.stderr and "warning" not in r.stderr
     (tmp_path / "e.txt").write_text(f"{lines[0].split(' ', 1)[1]}\n\n--\n* * *\n")
     r = _classify("--mode=predict", f"--workdir={tmp_path}/w", f"--text_file={tmp_path}/e.txt")

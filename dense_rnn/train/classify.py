@@ -366,8 +366,10 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
         folds: list[int] | None = None, log: Callable[[str], None] = print,
         max_len: int = 0, hf_dataset: str | None = None,
         should_stop: Callable[[], bool] = lambda: False,
-        check_sizes: bool = True, keep: str = "first") -> dict[str, Any]:
-    """Trains ``c`` on ``dataset`` (every requested CV fold) and writes ``summary.json``.
+        check_sizes: bool = True, keep: str = "first", command: str | None = None
+        ) -> dict[str, Any]:
+    """Trains ``c`` on ``dataset`` (every requested CV fold) and writes ``summary.json``,
+    with ``command`` (the binary's command line, ``cli.command_line``) where given.
     ``max_len > 0`` keeps only the first (``keep="last"``: last) ``max_len`` tokens of
     every text; ``hf_dataset`` reads the dataset from the Hugging Face hub (or a local
     dataset directory) instead of ``data_dir``; ``should_stop`` is ``train_split``'s. Local
@@ -460,6 +462,8 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
             "wall_seconds": sum(r["wall_seconds"] for r in records.values()),
             "session_wall_seconds": time.time() - wall_start, "paper": c.paper,
         }
+        if command is not None:
+            summary["command"] = command
         if spec.num_folds:
             summary |= {"folds": {str(f): r for f, r in records.items()},
                         "fold_test_accuracies": tests,

@@ -244,9 +244,11 @@ class Progress:
 def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
                        hf_dataset: str | None = None, log: Callable[[str], None] = print,
                        should_stop: Callable[[], bool] = lambda: False,
-                       check_sizes: bool = True) -> dict[str, Any]:
+                       check_sizes: bool = True, command: str | None = None) -> dict[str, Any]:
     """Trains ``c`` (resuming from ``workdir`` if it holds a checkpoint), then reports the
-    test perplexity of the best-validation parameters. Returns the summary.
+    test perplexity of the best-validation parameters. Returns the summary, written to
+    ``summary.json`` with ``command`` (the binary's command line, ``cli.command_line``)
+    where given.
 
     ``should_stop`` is asked after every step; once it says so, the run checkpoints that
     step and raises ``Interrupted`` (``cli.stop_on_signals`` ties it to Ctrl-C). Local splits
@@ -450,6 +452,8 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
             "paper": {"params": c.paper_params, "valid_ppl": c.paper_valid_ppl,
                       "test_ppl": c.paper_test_ppl},
         }
+        if command is not None:
+            summary["command"] = command
         metrics.write_json(os.path.join(workdir, "summary.json"), summary)
         metrics.plot_curves(writer.records, ["train_ppl", "valid_ppl"],
                             os.path.join(workdir, "curves.png"), f"{c.name} on PTB", log_y=True)
