@@ -33,6 +33,7 @@ from dense_rnn.configs.flags import (
     DEFINE_BY_TYPE,
     apply_overrides,
     define_override_flags,
+    define_path,
     refuse_given,
 )
 from dense_rnn.data import DEFAULT_DATA_DIR
@@ -43,16 +44,16 @@ flags.DEFINE_string("config", "dc_bilstm", "Named config, one per paper row: "
                     f"{', '.join(all_configs())}.")
 flags.DEFINE_string("dataset", "sst2", "Dataset: mr, sst1, sst2, subj, trec, sst1_phrases, "
                     "sst2_phrases (Ding et al.); imdb, sst5, ag (Zhao et al.).")
-flags.DEFINE_string("data_dir", DEFAULT_DATA_DIR,
-                    "Root holding mr/, sst/, subj/, trec/, imdb/, ag_news/ (and glove/).")
+define_path("data_dir", DEFAULT_DATA_DIR,
+            "Root holding mr/, sst/, subj/, trec/, imdb/, ag_news/ (and glove/).")
 flags.DEFINE_string("hf_dataset", None, "Read --dataset from this Hugging Face hub dataset "
                     "(NAME[:CONFIG][@REVISION], or a local dataset directory) instead of "
                     "--data_dir, e.g. fancyzhx/ag_news for --dataset=ag; BUILD.md lists one "
                     "per dataset.")
-flags.DEFINE_string("workdir", None, "Checkpoints, metrics and summary "
-                    "(default workdirs/CONFIG_DATASET).")
-flags.DEFINE_string("embeddings", None, "GloVe .txt or .txt.gz file (any dimension; "
-                    "embed_size follows it). Unset: randomly initialised embeddings.")
+define_path("workdir", None, "Checkpoints, metrics and summary "
+            "(default workdirs/CONFIG_DATASET).")
+define_path("embeddings", None, "GloVe .txt or .txt.gz file (any dimension; "
+            "embed_size follows it). Unset: randomly initialised embeddings.")
 flags.DEFINE_enum("oov", "drop", ["drop", "random"], "Words without a pretrained vector: "
                   "dropped from the sentences (Ding et al.) or randomly initialised.")
 flags.DEFINE_enum("select", "dev", ["dev", "test"], "Reported test accuracy: at the best "
@@ -70,7 +71,7 @@ flags.DEFINE_bool("multihost", False, "Call jax.distributed.initialize() first: 
                   "command on every host of a TPU pod or GPU cluster (see BUILD.md).")
 flags.DEFINE_enum("mode", "train", ["train", "predict"], "Train, or classify each line of "
                   "--text_file with the best checkpoint in --workdir.")
-flags.DEFINE_string("text_file", None, "predict: one text a line (UTF-8).")
+define_path("text_file", None, "predict: one text a line (UTF-8).")
 OVERRIDES = define_override_flags(ClassifierConfig, skip=("name", "model", "paper"))
 FLAGS = flags.FLAGS
 

@@ -24,7 +24,12 @@ from absl import flags
 from dense_rnn.cli import command_line, run_binary, stop_on_signals
 from dense_rnn.configs import flags as config_flags
 from dense_rnn.configs import ptb as ptb_configs
-from dense_rnn.configs.flags import apply_overrides, define_override_flags, refuse_given
+from dense_rnn.configs.flags import (
+    apply_overrides,
+    define_override_flags,
+    define_path,
+    refuse_given,
+)
 from dense_rnn.data import DEFAULT_DATA_DIR
 from dense_rnn.errors import UserError
 from dense_rnn.platform import share_gpu_memory
@@ -33,12 +38,12 @@ flags.DEFINE_string("config", ptb_configs.DEFAULT_CONFIG,
                     "Named config, one per paper row: "
                     f"{', '.join(n for n in ptb_configs.CONFIGS if n != 'tiny')}; or tiny (a "
                     "smoke-test model, not a paper row).")
-flags.DEFINE_string("data_dir", os.path.join(DEFAULT_DATA_DIR, "ptb"),
-                    "Directory with ptb.{train,valid,test}.txt.")
+define_path("data_dir", os.path.join(DEFAULT_DATA_DIR, "ptb"),
+            "Directory with ptb.{train,valid,test}.txt.")
 flags.DEFINE_string("hf_dataset", None, "Hugging Face hub dataset instead of --data_dir "
                     "(NAME[:CONFIG][@REVISION], e.g. ptb_text_only@refs/convert/parquet; needs "
                     "network access).")
-flags.DEFINE_string("workdir", None, "Checkpoints, metrics and summary (default workdirs/CONFIG).")
+define_path("workdir", None, "Checkpoints, metrics and summary (default workdirs/CONFIG).")
 flags.DEFINE_bool("dry_run", False, "Print the resolved config and parameter count, then exit.")
 flags.DEFINE_bool("multihost", False, "Call jax.distributed.initialize() first: run the same "
                   "command on every host of a TPU pod or GPU cluster (see BUILD.md).")
@@ -47,8 +52,8 @@ flags.DEFINE_enum("mode", "train", ["train", "sample", "score"], "Train, or samp
 flags.DEFINE_string("prompt", "", "sample: words to continue (after a sentence start).")
 flags.DEFINE_float("temperature", 1.0, "sample: softmax temperature; 0 is greedy.")
 flags.DEFINE_integer("num_words", 50, "sample: words to draw (--seed picks them).")
-flags.DEFINE_string("text_file", None, "score: one sentence a line, words split on spaces; "
-                    "each sentence is scored from a zero state.")
+define_path("text_file", None, "score: one sentence a line, words split on spaces; "
+            "each sentence is scored from a zero state.")
 OVERRIDES = define_override_flags(ptb_configs.LMConfig,
                                   helps={"seed": "In --mode=sample: the sampling seed."})
 flags.adopt_module_key_flags(config_flags)
@@ -122,8 +127,8 @@ def run() -> None:
     """Trains ``--config`` (or samples/scores with a trained one, per ``--mode``)."""
     check_mode_flags()
     if FLAGS.mode != "train":  # the run's own config applies, not --config's overrides
-        if FLAGS.seed is not None and FLAGS.seed < 0:
-            raise UserError(f"--seed={FLAGS.seed} must not be negative")
+        if FLAGS.seed is not None and not 0 <= FLAGS.seed < 2**63:  # jax.random.key's range
+            raise UserError(f"--seed={FLAGS.seed} must be in [0, 2**63)")
         if not FLAGS.workdir and FLAGS.config not in ptb_configs.CONFIGS:
             resolve_config()  # its unknown-config error
         share_gpu_memory()

@@ -37,6 +37,7 @@ from absl import flags
 from dense_rnn import files
 from dense_rnn.cli import run_binary
 from dense_rnn.configs import dc_bilstm, hm_densernn
+from dense_rnn.configs.flags import define_path
 from dense_rnn.data import DEFAULT_DATA_DIR
 from dense_rnn.errors import UserError
 from experiments import runner
@@ -67,7 +68,7 @@ SUITES: dict[str, tuple[int, Callable[[], list[Job]]]] = {
 }
 
 flags.DEFINE_string("suite", "dc_table1", " | ".join(SUITES) + ".")
-flags.DEFINE_string("root", "workdirs/cls", "One workdir per run under this directory.")
+define_path("root", "workdirs/cls", "One workdir per run under this directory.")
 flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds of the non-CV datasets.")
 flags.DEFINE_list("folds", [str(k) for k in range(10)], "CV folds of MR and Subj.")
 flags.DEFINE_list("datasets", None, "Restrict the suite to these datasets.")
@@ -77,15 +78,15 @@ flags.DEFINE_bool("phrases", False, "DC suites: train the SST datasets on every 
 flags.DEFINE_list("units", ["64", "128"], "HM suites: the unit counts of Table 2 to run.")
 flags.DEFINE_bool("sweep", True, "HM suites: choose the learning rate on dev (seed 0 sweeps "
                   "LR_SWEEP); --nosweep trains every seed at the config's rate.")
-flags.DEFINE_string("data_dir", None, "Passed on to experiments.classify.")
+define_path("data_dir", None, "Passed on to experiments.classify.")
 flags.DEFINE_string("embeddings", GLOVE, "GloVe file passed on to experiments.classify "
                     "(default: the 50-d file of the data dir beside the checkout); empty: "
                     "randomly initialised embeddings.")
 flags.DEFINE_integer("parallel", 1, "Runs at a time.")
 flags.DEFINE_multi_string("extra", [], runner.EXTRA_HELP)
 flags.DEFINE_bool("report_only", False, "Only print the report of the runs under --root.")
-flags.DEFINE_string("record", None, "Copy every finished run's records to DIR/RUN/.")
-flags.DEFINE_string("plot", None, "Also draw the dev/test curves of every group to this PNG.")
+define_path("record", None, "Copy every finished run's records to DIR/RUN/.")
+define_path("plot", None, "Also draw the dev/test curves of every group to this PNG.")
 FLAGS = flags.FLAGS
 REPORTED = ("test_accuracy", "dev_accuracy", "config", "selection", "num_params",
             "num_params_paper", "wall_seconds", "device")  # summary fields in the table

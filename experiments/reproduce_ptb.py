@@ -24,21 +24,22 @@ from absl import flags
 
 from dense_rnn.cli import run_binary
 from dense_rnn.configs import ptb as ptb_configs
+from dense_rnn.configs.flags import define_path
 from dense_rnn.errors import UserError
 from experiments import runner
 
 PAPER_ROWS = [n for n in ptb_configs.CONFIGS if n != "tiny"]
 
 flags.DEFINE_list("configs", PAPER_ROWS, "Configs to run.")
-flags.DEFINE_string("root", "workdirs/table1", "One workdir per config under this directory.")
-flags.DEFINE_string("data_dir", None, "Passed on to experiments.ptb_lm.")
+define_path("root", "workdirs/table1", "One workdir per config under this directory.")
+define_path("data_dir", None, "Passed on to experiments.ptb_lm.")
 flags.DEFINE_integer("parallel", 1, "Runs at a time (several fit on one GPU).")
 flags.DEFINE_multi_string("extra", [], runner.EXTRA_HELP)
 flags.DEFINE_bool("report_only", False, "Only print the table of the runs under --root.")
 flags.DEFINE_string("report", None, "Also write the table to this file (default after "
                     "running: ROOT/table1.md).")
-flags.DEFINE_string("record", None, "Copy every finished run's records (command, summary, "
-                    "metrics, curves) to DIR/CONFIG/, for experiments/results.")
+define_path("record", None, "Copy every finished run's records (command, summary, "
+            "metrics, curves) to DIR/CONFIG/, for experiments/results.")
 FLAGS = flags.FLAGS
 RESERVED = ("config", "data_dir", "workdir", "mode")  # the flags each run gets from here
 REPORTED = ("num_params", "epochs_completed", "best_valid_ppl", "test_ppl",

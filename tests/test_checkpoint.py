@@ -265,14 +265,16 @@ def _read_closed_half_way() -> Exception:
         return e
 
 
-def test_a_failed_restores_abandoned_work_is_dropped_and_nothing_else(monkeypatch):
-    """A failed restore leaves tensorstore callbacks that raise "Event loop is closed", and
-    shard reads closed half way that raise an error of their own, into
-    ``sys.unraisablehook`` (a dozen tracebacks, timing-dependent, above the one line that
-    explains the failure): those are dropped, others reported."""
+def test_a_failed_restores_or_saves_abandoned_work_is_dropped_and_nothing_else(monkeypatch,
+                                                                              tmp_path):
+    """A failed restore, or a save that fills the disk, leaves tensorstore callbacks that
+    raise "Event loop is closed", and shard reads closed half way that raise an error of
+    their own, into ``sys.unraisablehook`` (a dozen tracebacks, timing-dependent, above the
+    one line that explains the failure): from a Checkpointer's opening on, those are
+    dropped, others reported."""
     seen = []
     monkeypatch.setattr(sys, "unraisablehook", seen.append)
-    checkpoint._quiet_closed_loops()
+    checkpoint.Checkpointer(str(tmp_path), {}).close()
     checkpoint._quiet_closed_loops()  # once only: no chain of hooks
     read_failed = Exception("Encountered error while reading array index: (slice(0, 3),).")
     read_failed.__cause__ = OSError("disk")  # a read that failed, not one closed half way

@@ -145,3 +145,28 @@ def test_ctrl_c_before_training_exits_at_once_in_one_line():
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130
     assert err == f"interrupted; {cli.INTERRUPTED_HINT}\n"
+
+
+def test_path_flags_expand_home_and_refuse_an_empty_path(monkeypatch):
+    """``--workdir=~/x`` is left alone by the shell; ``--workdir=$UNSET`` is empty."""
+    from absl import flags
+
+    from dense_rnn.configs.flags import define_path
+
+    values = flags.FlagValues()
+    define_path("where", None, "a path", flag_values=values)
+    monkeypatch.setenv("HOME", "/home/someone")
+    values(["prog", "--where=~/runs/a"])
+    assert values.where == "/home/someone/runs/a"
+    with pytest.raises(flags.IllegalFlagValueError, match="an empty path; give one"):
+        values(["prog", "--where="])
+
+
+def test_a_workdir_with_a_bracket_is_refused_before_anything_is_written(tmp_path):
+    """Orbax reads '[' in a checkpoint's path as a glob pattern: its saves there could
+    not be read back."""
+    from dense_rnn.train import checkpoint
+
+    with pytest.raises(UserError, match=r"reads '\[' in a path as a pattern"):
+        checkpoint.Checkpointer(str(tmp_path / "run[1]"), {"config": "x"})
+    assert not (tmp_path / "run[1]").exists()

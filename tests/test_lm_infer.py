@@ -152,7 +152,7 @@ def test_binary_sample_score_and_bad_inputs(workdir, tmp_path):
     one_line_error(run_binary("--mode=sample", f"--workdir={tmp_path / 'none'}"),
                    "no training run")
     one_line_error(run_binary("--mode=sample", f"--workdir={workdir}", "--seed=-1"),
-                   "error: --seed=-1 must not be negative")  # no config named: the run's own
+                   "error: --seed=-1 must be in [0, 2**63)")  # no config named: the run's own
     one_line_error(run_binary("--mode=sample", "--config=nope"), "unknown config 'nope'")
     one_line_error(run_binary("--mode=score", f"--workdir={workdir}",
                               f"--text_file={tmp_path / 'missing.txt'}"), "does not exist")

@@ -311,6 +311,9 @@ def test_a_bad_flag_or_value_is_one_error_line():
     one_line_error(run_binary("--max_steps=abc"), "flag --max_steps=abc: invalid literal")
     one_line_error(run_binary("--bogus=1"), "Unknown command line flag 'bogus'")
     one_line_error(run_binary("--mode=sampel"), "value should be one of <train|sample|score>")
+    one_line_error(run_binary("--workdir="), "flag --workdir=: an empty path; give one")
+    one_line_error(run_binary("--config=tiny", "--seed=9223372036854775808"),
+                   "config tiny: seed=9223372036854775808 must be in [0, 2**63)")
 
 
 def test_hub_data_and_a_data_dir_are_refused_together():

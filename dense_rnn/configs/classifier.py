@@ -45,9 +45,11 @@ class ClassifierConfig:
         """Rejects values no recipe can take (flag overrides land here)."""
         problems = [f"{k}={getattr(self, k)} must be at least 1"
                     for k in ("embed_size", "batch_size", "max_epochs") if getattr(self, k) < 1]
-        problems += [f"{k}={getattr(self, k)} must not be negative" for k in (
-            "max_grad_norm", "l2", "early_stopping_patience", "seed", "checkpoint_every_steps",
-            "num_devices") if getattr(self, k) < 0]
+        problems += [f"{k}={getattr(self, k)} must be 0 or more" for k in (
+            "max_grad_norm", "l2", "early_stopping_patience", "checkpoint_every_steps",
+            "num_devices") if not getattr(self, k) >= 0]  # nan fails too
+        if not 0 <= self.seed < 2**63:  # jax.random.key's range
+            problems.append(f"seed={self.seed} must be in [0, 2**63)")
         if not self.learning_rate > 0:
             problems.append(f"learning_rate={self.learning_rate} must be positive")
         if problems:

@@ -1,8 +1,10 @@
-"""absl flags that override any scalar field of a config dataclass."""
+"""absl flags shared by the binaries: path flags, and flags that override any scalar field
+of a config dataclass."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import typing
 from collections.abc import Callable
 
@@ -15,6 +17,27 @@ DEFINE_BY_TYPE: dict[type, Callable[..., typing.Any]] = {
     bool: flags.DEFINE_bool, int: flags.DEFINE_integer, float: flags.DEFINE_float,
     str: flags.DEFINE_string}
 _Config = typing.TypeVar("_Config")
+
+
+class _PathParser(flags.ArgumentParser):
+    """A path: ``~`` expanded (a shell leaves ``--workdir=~/x`` alone), an empty one refused
+    (an unset ``$DIR`` in ``--workdir=$DIR`` would otherwise mean the default)."""
+
+    syntactic_help = "a path (~ is expanded)"
+
+    def parse(self, argument: str) -> str:
+        if not argument:
+            raise ValueError("an empty path; give one, or leave the flag out")
+        return os.path.expanduser(argument)
+
+    def flag_type(self) -> str:
+        return "string"
+
+
+def define_path(name: str, default: str | None, help: str,
+                flag_values: flags.FlagValues = flags.FLAGS) -> flags.FlagHolder:
+    """``flags.DEFINE_string`` for a path (``_PathParser``)."""
+    return flags.DEFINE(_PathParser(), name, default, help, flag_values=flag_values)
 
 
 def define_override_flags(cls: type, skip: tuple[str, ...] = ("name",),

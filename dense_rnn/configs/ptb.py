@@ -59,7 +59,9 @@ class LMConfig:
             "lr_decay", "init_scale", "max_grad_norm") if not getattr(self, k) > 0]  # nan fails too
         problems += [f"{k}={getattr(self, k)} must not be negative" for k in (
             "max_steps", "early_stopping_patience", "checkpoint_every_steps",
-            "decay_after_epochs", "seed", "num_devices") if getattr(self, k) < 0]
+            "decay_after_epochs", "num_devices") if getattr(self, k) < 0]
+        if not 0 <= self.seed < 2**63:  # jax.random.key's range
+            problems.append(f"seed={self.seed} must be in [0, 2**63)")
         if self.connectivity not in ("stacked", "dense"):
             problems.append(f"connectivity={self.connectivity!r} must be stacked or dense")
         if not 0.0 <= self.dropout_rate < 1.0:

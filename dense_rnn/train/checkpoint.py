@@ -70,10 +70,11 @@ def _brief(e: BaseException, limit: int = 160) -> str:
     return f"{type(e).__name__}: {msg}"
 
 
-def _abandoned_restore(e: BaseException | None) -> bool:
-    """Whether ``e`` is what a failed orbax restore leaves behind once it has raised: its
-    pending tensorstore callbacks' "Event loop is closed", or a shard read, abandoned half
-    way, that answers being closed (``GeneratorExit``) with an error of its own."""
+def _abandoned_work(e: BaseException | None) -> bool:
+    """Whether ``e`` is what a failed orbax restore or save leaves behind once it has
+    raised: its pending tensorstore callbacks' "Event loop is closed", or a shard read,
+    abandoned half way, that answers being closed (``GeneratorExit``) with an error of its
+    own."""
     if isinstance(e, RuntimeError) and str(e) == "Event loop is closed":
         return True
     return isinstance(e, Exception) and isinstance(e.__cause__, GeneratorExit) and str(
@@ -81,15 +82,16 @@ def _abandoned_restore(e: BaseException | None) -> bool:
 
 
 def _quiet_closed_loops() -> None:
-    """Drops the unraisable errors of a failed orbax restore's abandoned work
-    (``_abandoned_restore``: a dozen tracebacks, hundreds of lines, above the one line that
-    explains the failure); every other unraisable error is reported as before."""
+    """Drops the unraisable errors of a failed orbax restore's or save's abandoned work
+    (``_abandoned_work``; a save that fills the disk leaves the same: a dozen
+    tracebacks, hundreds of lines, above the one line that explains the failure); every
+    other unraisable error is reported as before."""
     previous = sys.unraisablehook
     if getattr(previous, "quiet_closed_loops", False):
         return
 
     def hook(u: Any) -> None:
-        if not _abandoned_restore(u.exc_value):
+        if not _abandoned_work(u.exc_value):
             previous(u)
 
     hook.quiet_closed_loops = True  # type: ignore[attr-defined]
@@ -125,10 +127,21 @@ def _manager(path: str, max_to_keep: int, create: bool = True) -> ocp.Checkpoint
 IDENTITY_FILE = "run_identity.json"
 
 
+def check_workdir_path(workdir: str) -> None:
+    """A ``UserError`` for a path orbax cannot keep checkpoints under: one with a ``[``,
+    which its merge of a save's parts reads as a glob pattern, so that every checkpoint
+    saved there is written without its index and cannot be read back."""
+    if "[" in os.path.abspath(workdir):
+        raise UserError(f"--workdir={workdir}: the checkpoint library reads '[' in a path as "
+                        "a pattern and could not read its checkpoints back; give a path "
+                        "without '['")
+
+
 def _lock(workdir: str) -> int | None:
     """Creates ``workdir`` if need be and takes its lock (``files.lock``) on the first
     process; the hosts of a multi-host run learn from it whether it could, and all raise or
     none does."""
+    check_workdir_path(workdir)
     try:
         os.makedirs(workdir, exist_ok=True)
     except FileExistsError:
@@ -262,6 +275,8 @@ class Checkpointer:
         self.descriptive = descriptive
         self.added = added
         self.resumed_config: dict[str, Any] | None = None  # the latest checkpoint's (resume)
+        check_workdir_path(workdir)
+        _quiet_closed_loops()  # a failing save's or restore's callbacks
         self._held = contextlib.ExitStack()  # the workdir's lock, until close
         if not read_only and os.path.realpath(workdir) not in _run_locks:
             self._held.enter_context(_hold(workdir))
@@ -340,7 +355,6 @@ class Checkpointer:
             return None
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
         args = {item: ocp.args.StandardRestore(abstract), "meta": ocp.args.JsonRestore()}
-        _quiet_closed_loops()  # before: a failing restore's callbacks fire during it, too
         try:
             with warnings.catch_warnings():  # orbax < 0.12, on restoring without shardings
                 warnings.filterwarnings("ignore", "Sharding info not provided", UserWarning)
