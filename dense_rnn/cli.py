@@ -142,8 +142,9 @@ def _one_line_errors(fn: Callable[..., object], *args: object,
                      interrupted: str = "interrupted") -> None:
     """Calls ``fn(*args)``; a ``UserError`` becomes one ``error: ...`` line, exit status 2,
     a stop on request (``Interrupted``) the line ``interrupted: ...`` (``terminated: ...``
-    for SIGTERM), exit status 128 + the signal's number, and Ctrl-C the line
-    ``interrupted ...``, exit status 130 (128 + SIGINT)."""
+    for SIGTERM), exit status 128 + the signal's number, Ctrl-C the line
+    ``interrupted ...``, exit status 130 (128 + SIGINT), and output into a closed pipe
+    nothing more, exit status 141 (128 + SIGPIPE, as a shell tool's)."""
     try:
         fn(*args)
     except UserError as e:
@@ -156,6 +157,10 @@ def _one_line_errors(fn: Callable[..., object], *args: object,
     except KeyboardInterrupt:
         print(interrupted, file=sys.stderr)
         sys.exit(130)
+    except BrokenPipeError:  # stdout's reader has gone (``--mode=sample | head``): quietly
+        with contextlib.suppress(Exception):  # no second error at the interpreter's flush
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(128 + signal.SIGPIPE)
     except Exception as e:
         full = _no_space(e)
         if full is not None:

@@ -169,6 +169,8 @@ def suite_jobs(suite: str) -> list[Job]:
     if FLAGS.phrases and suite not in PHRASE_SUITES:
         raise UserError(f"--phrases: --suite={suite} has no sentence-level SST rows to train "
                         f"on phrases; it applies to {', '.join(PHRASE_SUITES)}")
+    runner.check_lists(seeds=FLAGS.seeds, folds=FLAGS.folds, units=FLAGS.units,
+                       datasets=FLAGS.datasets, configs=FLAGS.configs)
     jobs = SUITES[suite][1]()
     datasets = FLAGS.datasets and [phrase_level(d) for d in FLAGS.datasets]
     for name, keep in (("dataset", datasets), ("config", FLAGS.configs)):
@@ -194,9 +196,10 @@ def reserved(jobs: list[Job]) -> set[str]:
 
 
 def run_args(job: Job) -> list[str]:
-    """The flags the driver gives ``job``'s run, but a learning rate its sweep chose."""
-    data_dir = [f"--data_dir={FLAGS.data_dir}"] if FLAGS.data_dir else []
-    return [*job.args, f"--embeddings={FLAGS.embeddings}", *data_dir]
+    """The flags the driver gives ``job``'s run, but a learning rate its sweep chose (no
+    ``--embeddings`` for random embeddings, ``--embeddings=``)."""
+    given = (("embeddings", FLAGS.embeddings), ("data_dir", FLAGS.data_dir))
+    return [*job.args, *(f"--{name}={value}" for name, value in given if value)]
 
 
 def start(job: Job, extra: list[str]) -> subprocess.Popen | None:
@@ -316,7 +319,7 @@ def run() -> None:
     """Runs the suite's unfinished jobs (unless --report_only), then prints its table."""
     jobs = suite_jobs(FLAGS.suite)
     extra = runner.extra_args(FLAGS.extra, reserved(jobs))
-    runner.check(FLAGS.root, FLAGS.parallel, FLAGS.report_only)
+    runner.check(FLAGS.root, FLAGS.parallel, FLAGS.report_only, FLAGS.record)
     if not FLAGS.report_only:
         check_shared_flags(extra)
         if jobs:

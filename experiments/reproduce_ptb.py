@@ -75,13 +75,14 @@ def report(names: list[str]) -> str:
 
 def run() -> None:
     """Runs the unfinished configs (unless --report_only), then writes and prints the table."""
+    runner.check_lists(configs=FLAGS.configs)
     unknown = [n for n in FLAGS.configs if n not in ptb_configs.CONFIGS]
     if unknown:
         raise UserError(f"unknown configs {', '.join(unknown)}; known: "
                         f"{', '.join(ptb_configs.CONFIGS)}")
     extra = runner.extra_args(FLAGS.extra, RESERVED)
     runner.check_data_dir(FLAGS.data_dir, extra, FLAGS.report_only)
-    runner.check(FLAGS.root, FLAGS.parallel, FLAGS.report_only)
+    runner.check(FLAGS.root, FLAGS.parallel, FLAGS.report_only, FLAGS.record)
     if FLAGS.configs and not FLAGS.report_only:
         runner.check_extra("experiments.ptb_lm", [f"--config={FLAGS.configs[0]}"], extra)
     runner.check_parent("report", FLAGS.report)

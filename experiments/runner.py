@@ -27,8 +27,11 @@ from dense_rnn.errors import UserError
 PREVIOUS = {"summary.json": "summary.previous.json", "command.txt": "command.previous.txt"}
 
 
-def check(root: str, parallel: int, report_only: bool) -> None:
-    """Rejects ``parallel`` below 1 and, when only reporting, a ``root`` that does not exist."""
+def check(root: str, parallel: int, report_only: bool, record: str | None = None) -> None:
+    """Rejects ``parallel`` below 1, a ``root`` that is a file or, when only reporting, does
+    not exist, and output directories that cannot be made or written (``root`` unless only
+    reporting, ``record`` if given, which may not be ``root``): before any run, not after
+    the suite."""
     if parallel < 1:
         raise UserError(f"--parallel={parallel}: the runs at a time must be at least 1")
     if os.path.exists(root) and not os.path.isdir(root):
@@ -36,15 +39,53 @@ def check(root: str, parallel: int, report_only: bool) -> None:
     if report_only and not os.path.isdir(root):
         raise UserError(f"--root={root} does not exist; --report_only reads the finished runs "
                         "under an existing root")
+    if not report_only:
+        _check_output_dir("root", root)
+    if record and os.path.abspath(record) == os.path.abspath(root):
+        raise UserError(f"--record={record} is --root itself; give another directory")
+    if record:
+        _check_output_dir("record", record)
+
+
+def check_lists(**lists: Sequence[str] | None) -> None:
+    """Rejects a list flag given empty (``--configs=``: it would name nothing) or naming an
+    item twice (``--seeds=0,0``: one run counted as two); None is a flag left out."""
+    for name, values in lists.items():
+        if values is not None and not values:
+            raise UserError(f"--{name}= names nothing; name at least one, or leave the flag "
+                            "out")
+        if twice := sorted({v for v in values or () if list(values).count(v) > 1}):
+            raise UserError(f"--{name}={','.join(values)} names {', '.join(twice)} twice; "
+                            "name each once")
+
+
+def _check_output_dir(flag: str, path: str) -> None:
+    """Makes the directory ``--flag=path`` if need be; a ``UserError`` if it cannot be made
+    or written."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except FileExistsError:
+        raise UserError(f"--{flag}={path} is a file; give a directory (made if missing)") from None
+    except OSError as e:
+        raise UserError(f"--{flag}={path} cannot be made ({e.strerror}); give a directory "
+                        "you can write") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UserError(f"--{flag}={path} is not writable; give a directory you can write")
 
 
 def check_parent(flag: str, path: str | None) -> None:
     """Rejects an output file ``--flag=path`` that is a directory or whose directory does not
-    exist (before any run, not after the suite)."""
-    if path and os.path.isdir(path):
+    exist or cannot be written (before any run, not after the suite)."""
+    if not path:
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
         raise UserError(f"--{flag}={path} is a directory; give a file path")
-    if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+    if not os.path.isdir(parent):
         raise UserError(f"--{flag}={path}: its directory does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK) or (
+            os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise UserError(f"--{flag}={path} cannot be written; give a path you can write")
 
 
 EXTRA_HELP = ("Flags for every run, e.g. --extra=--max_epochs=20; several in one (split at "
@@ -301,9 +342,7 @@ RECORDS = ("command.txt", "summary.json", "metrics.jsonl", "curves.png")
 def record(root: str, names: Sequence[str], dest: str, subdirs: Sequence[str] = ("",)) -> None:
     """Copies the records (``RECORDS``: command, summary, per-epoch metrics, curves) of each
     finished run of ``names`` under ``root``, and of its ``subdirs`` (glob patterns: a
-    sweep's rates, CV folds), to ``dest/NAME/``."""
-    if os.path.abspath(dest) == os.path.abspath(root):
-        raise UserError(f"--record={dest} is --root itself; give another directory")
+    sweep's rates, CV folds), to ``dest/NAME/`` (``check`` has refused ``dest == root``)."""
     for name in names:
         if summary(root, name) is None:
             continue

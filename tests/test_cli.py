@@ -69,6 +69,25 @@ def test_errors_and_interrupts_end_in_one_line(capsys, error, status, line):
     assert capsys.readouterr().err == line + "\n"
 
 
+def test_output_into_a_closed_pipe_ends_quietly(capsys, monkeypatch):
+    """``--mode=sample | head``: stdout's reader leaves; no traceback, the shell's status,
+    and stdout pointed at /dev/null for the interpreter's last flush."""
+    read, write = os.pipe()
+    os.close(read)
+    moved = []
+    monkeypatch.setattr(os, "dup2", lambda fd, to: moved.append(to))
+    monkeypatch.setattr(sys.stdout, "fileno", lambda: 1, raising=False)
+
+    def emit():
+        os.write(write, b"word ")  # as print into the closed pipe raises
+
+    with pytest.raises(SystemExit) as e:
+        cli._one_line_errors(emit)
+    os.close(write)
+    assert e.value.code == 128 + signal.SIGPIPE
+    assert capsys.readouterr().err == "" and moved == [1]
+
+
 @pytest.mark.parametrize(("raise_", "where"), [
     ("raise OSError(errno.ENOSPC, 'No space left on device', '/w/run_identity.json')",
      " writing /w/run_identity.json"),

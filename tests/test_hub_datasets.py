@@ -123,6 +123,8 @@ def test_label_text_names_the_class_whatever_its_id(tmp_path):
      "split train has labels 7..7, not 0..3"),
     ({s: {"text": ["a"], "label": ["World"]} for s in ("train", "test")},
      "split train: column label holds <U5 values, not class ids 0..3"),
+    ({"train": {"text": ["a", None], "label": [0, 1]}, "test": {"text": ["a"], "label": [0]}},
+     "split train: row 1 of column text holds None, not text; fill or drop that row"),
 ])
 def test_bad_hub_datasets(tmp_path, splits, message):
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -136,8 +138,11 @@ def test_missing_or_inconsistent_dataset_one_line(tmp_path):
             load_hub(path, DATASETS["ag"])
     root = _write(tmp_path / "ag", {"train": {"text": ["a"], "label": [0]},
                                     "test": {"words": ["a"], "label": [0]}})
-    with pytest.raises(UserError, match="could not be loaded"):
+    with pytest.raises(UserError, match="could not be loaded .*; check its data files"):
         load_hub(root, DATASETS["ag"])
+    with pytest.raises(UserError, match="train.parquet is a file, not a directory: give a "
+                       "directory of train/validation/test data files"):
+        load_hub(os.path.join(root, "train.parquet"), DATASETS["ag"])
 
 
 @pytest.mark.parametrize("name, parsed", [
@@ -187,6 +192,12 @@ def test_ptb_from_a_hub_layout(tmp_path):
         "test": {"sentence": [" "]}})
     with pytest.raises(UserError, match=f"split 'test' holds no text; check --hf_dataset={empty}$"):
         ptb.load_ptb(None, empty)
+    null = _write(tmp_path / "null", {  # an empty CSV field reads as a null cell
+        "train": {"sentence": [" the cat ", None]}, "validation": {"sentence": [" the cat "]},
+        "test": {"sentence": [" the "]}})
+    with pytest.raises(UserError, match=f"^--hf_dataset={null} split train: row 1 of column "
+                       "sentence holds None, not text; fill or drop that row$"):
+        ptb.load_ptb(None, null)
 
 
 def _classify(*args):

@@ -258,6 +258,8 @@ def reproduce(*args):
     (["--suite=hm_table2", "--units=32"], "--units=32"),
     (["--parallel=0"], "--parallel=0"),
     (["--seeds=0,x"], "--seeds=0,x: give numbers like 0,1,2"),
+    (["--seeds=0,1,0"], "--seeds=0,1,0 names 0 twice; name each once"),
+    (["--datasets="], "--datasets= names nothing; name at least one, or leave the flag out"),
     (["--folds=3,12"], "--folds=12 out of range: mr, subj have folds 0-9"),
     (["--embeddings=/nonexistent/g.txt"], "--embeddings=/nonexistent/g.txt does not exist; "
      "pass a GloVe text file"),
@@ -272,6 +274,8 @@ def reproduce(*args):
      "'max_epochz'. Did you mean: max_epochs ?"),
     (["--suite=hm_table3", "--extra=--max_epochs=-3"], "max_epochs=-3 must be at least 1"),
     (["--report_only", "--root=/nonexistent/cls"], "--root=/nonexistent/cls does not exist"),
+    (["--root=/dev/null/cls"], "--root=/dev/null/cls cannot be made (Not a directory)"),
+    (["--report_only", "--root=/tmp", "--record=/dev/null"], "--record=/dev/null is a file"),
     (["--plot=/nonexistent/curves.png", "--report_only", "--root=/tmp"],
      "--plot=/nonexistent/curves.png: its directory does not exist"),
 ])
@@ -396,7 +400,7 @@ def test_a_run_going_in_a_workdir_fails_its_launch_and_keeps_its_records(tmp_pat
 
 def test_record_refuses_to_copy_the_runs_onto_themselves(tmp_path):
     with pytest.raises(UserError, match="--record=.* is --root itself; give another directory"):
-        runner.record(str(tmp_path), ["a"], str(tmp_path) + "/")
+        runner.check(str(tmp_path), 1, True, str(tmp_path) + "/")
 
 
 @pytest.fixture

@@ -31,6 +31,9 @@ def test_bad_input_is_one_error_line(tmp_path):
     one_line_error(reproduce("--report_only", f"--root={missing}"), f"--root={missing} does not")
     assert not missing.exists()
     one_line_error(reproduce("--configs=nope", f"--root={tmp_path}"), "known: zaremba_small")
+    one_line_error(reproduce("--configs=tiny,tiny", f"--root={tmp_path}"),
+                   "--configs=tiny,tiny names tiny twice; name each once")
+    one_line_error(reproduce("--configs=", f"--root={tmp_path}"), "--configs= names nothing")
     one_line_error(reproduce("--report_only", f"--root={tmp_path}",
                              f"--report={missing}/t.md"), "directory does not exist")
     one_line_error(reproduce("stray"), "unexpected arguments 'stray'")

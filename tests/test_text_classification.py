@@ -742,6 +742,14 @@ def test_a_sweep_chooses_its_rate_on_dev_not_test(tmp_path, monkeypatch):
                                               "wall_seconds": 2.0}
     written = json.loads((tmp_path / "summary.json").read_text())
     assert (written["learning_rate_chosen"], written["lr_sweep"]) == (1e-3, summary["lr_sweep"])
+    from dense_rnn.train import classify_infer
+
+    for rate in ("0.01", "0.001", "0.0001"):  # the rates' runs, as a real sweep leaves them
+        (tmp_path / f"lr_{rate}").mkdir()
+        (tmp_path / f"lr_{rate}" / "run_identity.json").write_text("{}")
+    with pytest.raises(UserError, match=rf"e.g. --workdir={tmp_path}/lr_0.001 \(the rate its "
+                       r"sweep chose\)$"):
+        classify_infer.load(str(tmp_path))
 
 
 def test_size_warnings_unless_the_data_is_an_excerpt(tmp_path):

@@ -46,6 +46,9 @@ def load(name: str) -> datasets.DatasetDict:
     hub_logging.set_verbosity_error()
     if os.path.isdir(name):  # a local directory is its own path, whatever characters it holds
         path, config, revision = name, None, None
+    elif os.path.exists(name):
+        raise UserError(f"--hf_dataset={name} is a file, not a directory: give a directory of "
+                        "train/validation/test data files, or a hub name (owner/name)")
     elif name.startswith((".", "/", "~")) or "\\" in name or re.match(r"[A-Za-z]:[\\/]", name):
         raise UserError(f"--hf_dataset={name}: no such directory (a path, where a hub name "
                         "would be owner/name, e.g. fancyzhx/ag_news)")
@@ -60,9 +63,24 @@ def load(name: str) -> datasets.DatasetDict:
         if "scripts are no longer supported" in reason and not revision:
             hint = (f"this datasets {datasets.__version__} runs no loading scripts: load the "
                     f"hub's Parquet export, --hf_dataset={name}@{PARQUET_EXPORT}")
+        elif os.path.isdir(name):
+            hint = ("check its data files (train/validation/test as .csv, .json or .parquet, "
+                    "all of one format)")
         else:
             hint = "check the name and the connection, or use the local files (--data_dir)"
         raise UserError(f"--hf_dataset={name} could not be loaded ({reason}); {hint}") from None
     if not isinstance(ds, datasets.DatasetDict):
         raise UserError(f"--hf_dataset={name} is not a dataset with named splits")
     return ds
+
+
+def texts(ds: datasets.Dataset, column: str, where: str) -> list[str]:
+    """The strings of ``ds``'s ``column``; a ``UserError`` naming the first row that holds
+    none (a null cell, as an empty CSV field reads, or a number)."""
+    values = ds[column]
+    bad = next((i for i, v in enumerate(values) if not isinstance(v, str)), None)
+    if bad is not None:
+        raise UserError(f"{where}: row {bad} of column {column} holds {values[bad]!r}, not "
+                        "text; fill or drop that row")
+    return values
+

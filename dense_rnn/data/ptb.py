@@ -75,7 +75,8 @@ def _load_lines(data_dir: str | None, hf_dataset: str | None) -> dict[str, list[
             raise UserError(f"--hf_dataset={hf_dataset} needs train/validation/test splits "
                             f"with a sentence or text column; it has splits {', '.join(ds)}")
         column = "sentence" if "sentence" in ds["train"].column_names else "text"
-        return {s: ds[names[s]][column] for s in SPLITS}
+        return {s: hub.texts(ds[names[s]], column, f"--hf_dataset={hf_dataset} split "
+                                                  f"{names[s]}") for s in SPLITS}
     if not data_dir or not os.path.isdir(data_dir):
         raise UserError(f"PTB data dir {data_dir!r} {not_a(data_dir or '', directory=True)}; "
                         "pass --data_dir=DIR holding ptb.train.txt, ptb.valid.txt and "

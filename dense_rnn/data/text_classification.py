@@ -341,7 +341,8 @@ def load_hub(name: str, spec: DatasetSpec) -> Splits:
         labels = _local_class_ids(labels, ds.features[label], spec, where)
         if "label_text" in ds.column_names:  # SetFit's copies name each row's class
             labels = _named_class_ids(labels, ds["label_text"], spec, where)
-        splits[_HUB_SPLITS[split]] = _dataset(ds[text], labels.tolist(), spec.clean)
+        splits[_HUB_SPLITS[split]] = _dataset(hub.texts(ds, text, where), labels.tolist(),
+                                              spec.clean)
     if spec.num_folds:
         if not splits:
             raise UserError(f"--hf_dataset={name} has no train/validation/test split")

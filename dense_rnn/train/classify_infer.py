@@ -10,6 +10,7 @@ was; words without an id are dropped (or mapped to the unknown word) as in train
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -43,6 +44,16 @@ class TrainedClassifier:
         return spec.class_names or tuple(map(str, range(spec.num_classes)))
 
 
+def _swept_rate(workdir: str) -> str | None:
+    """``lr_RATE``, the run a finished learning-rate sweep in ``workdir`` chose, or None."""
+    try:
+        with open(os.path.join(workdir, "summary.json")) as f:
+            rate = json.load(f).get("learning_rate_chosen")
+    except (OSError, ValueError, AttributeError):  # none, unreadable, or not a dict
+        return None
+    return f"lr_{rate:g}" if isinstance(rate, int | float) else None
+
+
 def load(workdir: str) -> TrainedClassifier:
     """The best-dev parameters of the run in ``workdir``."""
     if not os.path.isdir(workdir):
@@ -51,7 +62,10 @@ def load(workdir: str) -> TrainedClassifier:
     identity = checkpoint.read_identity(workdir)
     if identity is None:
         runs = checkpoint.runs_below(workdir)
-        hint = (f"pass one of its runs, e.g. --workdir={os.path.join(workdir, runs[0])}"
+        chosen = _swept_rate(workdir)
+        hint = ("pass one of its runs, e.g. --workdir="
+                + (f"{os.path.join(workdir, chosen)} (the rate its sweep chose)"
+                   if chosen in runs else os.path.join(workdir, runs[0]))
                 if runs else "pass the --workdir of a finished experiments.classify run")
         raise UserError(f"no training run in {workdir} (no {checkpoint.IDENTITY_FILE}); {hint}")
     if "dataset" not in identity or "model_args" not in identity:

@@ -117,8 +117,9 @@ def generate(trained: TrainedLM, prompt: str = "", num_words: int = 50,
     The same ``seed`` gives the same words. ``temperature`` 0 is greedy decoding. Bad
     arguments are refused here, before the first word.
     """
-    if not temperature >= 0 or num_words < 0:  # also refuses a NaN temperature
-        raise UserError(f"temperature ({temperature}) and num_words ({num_words}) must be >= 0")
+    if not 0 <= temperature < float("inf") or num_words < 0:  # also refuses a NaN one
+        raise UserError(f"temperature ({temperature}) must be finite and >= 0, and num_words "
+                        f"({num_words}) >= 0")
     prompt_ids, _ = encode_words(prompt.split(), trained.word_to_id)
 
     def words() -> Iterator[str]:
