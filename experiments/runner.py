@@ -163,7 +163,7 @@ def launch(module: str, args: Sequence[str], workdir: str) -> subprocess.Popen |
     when the run has finished under this very command. A summary written under another
     command is kept as ``summary.previous.json`` (its command as ``command.previous.txt``)
     until the new run writes its own; they are put back if it cannot start, and ``run_all``
-    puts them back if it fails or is stopped."""
+    puts them back if it fails or is stopped, and deletes them once it has finished."""
     os.makedirs(workdir, exist_ok=True)
     fd = files.lock(workdir)  # a run going there (another driver's) fails this one untouched
     if fd is not None:
@@ -292,8 +292,12 @@ def _stop(root: str, running: dict[str, tuple[subprocess.Popen, int]],
 def _ended(root: str, name: str, returncode: int, log_from: int, verb: str) -> str | None:
     """Logs that run ``name`` has exited: finished, or ``verb`` (failed, stopped) with the
     last line it wrote to its log (a binary's one-line error) and its previous results put
-    back (``_restore_previous``). Returns why it did not finish, or None if it did."""
+    back (``_restore_previous``; finished, the results it replaced are deleted). Returns why
+    it did not finish, or None if it did."""
     if returncode == 0 and os.path.exists(os.path.join(root, name, "summary.json")):
+        for previous in PREVIOUS.values():
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(root, name, previous))
         _log(f"finished {name}")
         return None
     log = os.path.join(root, name, "train.log")

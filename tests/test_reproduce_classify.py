@@ -359,6 +359,9 @@ def test_a_finished_run_is_launched_again_only_under_another_command(tmp_path, m
     assert "--max_epochs=9" in (workdir / "command.txt").read_text()
     assert not (workdir / "summary.json").exists()  # not finished under the new command
     assert (workdir / "summary.previous.json").read_text() == '{"epochs": 5}'
+    (workdir / "summary.json").write_text('{"epochs": 9}')  # finished under it: the results
+    assert runner._ended(str(tmp_path), "run", 0, 0, "failed") is None  # it replaced go
+    assert not {"summary.previous.json", "command.previous.txt"} & set(os.listdir(workdir))
 
 
 def test_a_relaunch_that_cannot_start_puts_the_finished_runs_files_back(tmp_path, monkeypatch):
