@@ -18,7 +18,8 @@ def _vector_lines(path: str) -> Iterator[tuple[int, list[str]]]:
     ``COUNT DIM`` and blank lines are skipped. Unreadable files end in a ``UserError``."""
     if not os.path.isfile(path):
         raise UserError(f"embeddings file {path} {not_a(path)}; pass --embeddings=PATH to a GloVe "
-                        ".txt or .txt.gz file, or --embeddings= for random embeddings")
+                        ".txt or .txt.gz file, or none for random embeddings (the table "
+                        "drivers: --embeddings=)")
     opener = gzip.open if path.endswith(".gz") else open
     try:
         with opener(path, "rt", encoding="utf-8", errors="strict") as f:
