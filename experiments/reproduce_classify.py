@@ -232,6 +232,7 @@ def report(jobs: list[Job], table: int) -> str:
     (ddof 1; the mean alone for one run) over seeds or folds, beside the accuracy the
     paper's ``table`` gives."""
     groups: dict[tuple[str, str], list[dict]] = collections.defaultdict(list)
+    names: dict[tuple[str, str], list[str]] = collections.defaultdict(list)
     for job in jobs:
         s = runner.summary(FLAGS.root, job.name, REPORTED)
         if s is not None and not (_epochs(s) and isinstance(s["config"], dict) and (
@@ -240,6 +241,7 @@ def report(jobs: list[Job], table: int) -> str:
                             "epochs or learning rate); delete it and rerun the command to "
                             "finish that run again")
         groups[(_arg(job, "config"), _arg(job, "dataset"))].append(s)
+        names[(_arg(job, "config"), _arg(job, "dataset"))].append(job.name)
     rows = ["| config | data | params, paper's count (d=300) | params, paper's count (run's d) "
             "| params of the run (no emb.) | runs | test % mean ± sample std | dev % mean "
             "| paper % | lr | epochs best/ran | wall min/run | device |", "|" + "---|" * 13]
@@ -247,8 +249,9 @@ def report(jobs: list[Job], table: int) -> str:
         done = [s for s in runs if s is not None]
         paper_count = f"{_family(config).paper_param_count(_family(config).CONFIGS[config]):,}"
         if not done:
+            status = runner.not_finished(FLAGS.root, names[(config, dataset)])
             rows.append(f"| {config} | {dataset} | {paper_count} | | | 0 of {len(runs)} | "
-                        f"not run | | {_paper(config, dataset, table)} | | | | |")
+                        f"{status} | | {_paper(config, dataset, table)} | | | | |")
             continue
         tests = [100 * s["test_accuracy"] for s in done]
         lrs = sorted({s.get("learning_rate_chosen", s["config"]["learning_rate"]) for s in done})

@@ -62,7 +62,8 @@ def report(names: list[str]) -> str:
         c = ptb_configs.CONFIGS[name]
         s = runner.summary(FLAGS.root, name, REPORTED)
         if s is None:
-            rows.append(f"| {name} | | {c.paper_params} | not run | | | {c.paper_valid_ppl} "
+            status = runner.not_finished(FLAGS.root, [name])
+            rows.append(f"| {name} | | {c.paper_params} | {status} | | | {c.paper_valid_ppl} "
                         f"| {c.paper_test_ppl} | | | |")
             continue
         rows.append(

@@ -182,10 +182,30 @@ def launch(module: str, args: Sequence[str], workdir: str) -> subprocess.Popen |
         with open(recorded, "w") as f:
             f.write(line)
         with open(os.path.join(workdir, "train.log"), "a") as log:  # the child keeps its copy
-            return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+            return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                    preexec_fn=stop_with_parent())
     except BaseException:  # not started (a full disk, say): the finished run's files stay
         _restore_previous(workdir)
         raise
+
+
+def stop_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that has a run sent SIGTERM when this process (the driver) dies,
+    even killed outright: the binary stops with a checkpoint, and the driver's rerun
+    resumes it instead of finding its workdir in use by a run nobody owns (Linux's
+    ``PR_SET_PDEATHSIG``; None elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the driver died before the call
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
 
 
 def run_all(root: str, names: Sequence[str],
@@ -323,6 +343,15 @@ def _last_line(path: str, start: int) -> str:
     except FileNotFoundError:
         return ""
     return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
+
+
+def not_finished(root: str, names: Sequence[str]) -> str:
+    """What a report says of runs ``names`` under ``root`` that have no summary:
+    "unfinished" where one has trained (a checkpoint, its own, a fold's or a rate's), else
+    "not run"."""
+    started = any(glob.glob(os.path.join(root, glob.escape(n), "**", "checkpoints", "*"),
+                            recursive=True) for n in names)
+    return "unfinished" if started else "not run"
 
 
 def _restore_previous(workdir: str) -> bool:

@@ -73,6 +73,9 @@ def test_report_only_prints_the_finished_runs_and_writes_nothing(tmp_path):
     assert os.listdir(rec) == ["zaremba_small"]  # runs that have not finished: nothing
     again = reproduce("--report_only", f"--root={rec}", "--configs=zaremba_small,zaremba_medium")
     assert again.stdout == r2.stdout == r.stdout
+    (tmp_path / "zaremba_medium" / "checkpoints" / "700").mkdir(parents=True)  # training
+    r3 = reproduce("--report_only", f"--root={tmp_path}", "--configs=zaremba_medium")
+    assert "| zaremba_medium | | 20M | unfinished |" in r3.stdout
 
 
 def test_runs_record_a_runnable_command_line(tmp_path):
