@@ -28,6 +28,8 @@ RESUME_HINT = "run the same command again to resume training"
 STOPPING = "stopping after this step, with a checkpoint (Ctrl-C again: at once)"
 TERMINATING = "SIGTERM: stopping after this step, with a checkpoint (Ctrl-C: at once)"
 INTERRUPTED_HINT = "the same command resumes a training run from its last checkpoint"
+# Set by a table driver for its runs (experiments/runner.py): the driver's process id.
+STOP_WITH_PARENT = "DENSE_RNN_STOP_WITH_PARENT"
 
 
 @contextlib.contextmanager
@@ -87,16 +89,32 @@ def command_line(argv: Sequence[str] | None = None) -> str:
     return " ".join([*env, "python", shlex.join(argv[1:])])
 
 
+def _stop_with_parent() -> None:
+    """In a table driver's run (``STOP_WITH_PARENT`` set to the driver's id): SIGTERM once
+    the driver dies, even killed outright, so the run stops with a checkpoint and the
+    driver's rerun resumes it, rather than training on with nobody to wait for it (Linux's
+    ``PR_SET_PDEATHSIG``; elsewhere nothing)."""
+    parent = os.environ.pop(STOP_WITH_PARENT, None)
+    if parent is None or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    if str(os.getppid()) != parent:  # the driver died before that
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def run_binary(run: Callable[[], None]) -> None:
     """Runs ``run`` as an absl program: XLA flags for a quick GPU compile
     (``platform.GPU_XLA_FLAGS``), fast malloc, the persistent compilation cache,
     parsed flags, bad input reported as one ``error: ...`` line on stderr with exit
     status 2, and an interrupted run as one line saying how to resume, exit status 130
     (143 for a training loop stopped by SIGTERM; ``stop_on_signals`` makes it checkpoint
-    first)."""
+    first); a table driver's run also on its driver's death (``_stop_with_parent``)."""
     signal.signal(signal.SIGINT, _exit_at_once)
     default_xla_flags()
     reexec_with_fast_malloc()
+    _stop_with_parent()  # after the re-exec: the variable reaches the process that runs
     enable_compilation_cache()
 
     def main(argv: list[str]) -> None:

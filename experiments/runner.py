@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import NoReturn
 
-from dense_rnn import files, platform
+from dense_rnn import cli, files, platform
 from dense_rnn.cli import command_line
 from dense_rnn.errors import UserError
 
@@ -182,30 +182,11 @@ def launch(module: str, args: Sequence[str], workdir: str) -> subprocess.Popen |
         with open(recorded, "w") as f:
             f.write(line)
         with open(os.path.join(workdir, "train.log"), "a") as log:  # the child keeps its copy
-            return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                    preexec_fn=stop_with_parent())
+            return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={
+                **os.environ, cli.STOP_WITH_PARENT: str(os.getpid())})
     except BaseException:  # not started (a full disk, say): the finished run's files stay
         _restore_previous(workdir)
         raise
-
-
-def stop_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that has a run sent SIGTERM when this process (the driver) dies,
-    even killed outright: the binary stops with a checkpoint, and the driver's rerun
-    resumes it instead of finding its workdir in use by a run nobody owns (Linux's
-    ``PR_SET_PDEATHSIG``; None elsewhere)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    parent = os.getpid()
-
-    def preexec() -> None:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # the driver died before the call
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return preexec
 
 
 def run_all(root: str, names: Sequence[str],

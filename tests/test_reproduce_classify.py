@@ -582,30 +582,3 @@ def test_a_second_interrupt_stops_the_runs_at_once(tmp_path):
     assert "stopped a (exit -2: KeyboardInterrupt; its log:" in out
     assert "stopped b (exit -2: KeyboardInterrupt; its log:" in out
 
-
-def test_a_run_stops_when_its_driver_is_killed_outright(tmp_path):
-    """SIGKILL to a driver: its runs get SIGTERM (they checkpoint and exit), not orphaned."""
-    if not sys.platform.startswith("linux"):
-        pytest.skip("PR_SET_PDEATHSIG is Linux's")
-    driver = subprocess.Popen(
-        [sys.executable, "-c", "import subprocess, sys, time\n"
-         "from experiments import runner\n"
-         "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], "
-         "preexec_fn=runner.stop_with_parent())\n"
-         "print(p.pid, flush=True)\n"
-         "time.sleep(120)\n"],
-        cwd=REPO, stdout=subprocess.PIPE, text=True)
-    child = int(driver.stdout.readline())
-    driver.kill()
-    driver.wait()
-    for _ in range(100):
-        try:  # gone, or a zombie its new parent has yet to reap
-            with open(f"/proc/{child}/stat") as f:
-                if f.read().rsplit(") ", 1)[1].startswith("Z"):
-                    break
-        except FileNotFoundError:
-            break
-        time.sleep(0.05)
-    else:
-        os.kill(child, signal.SIGKILL)
-        pytest.fail("the run outlived its driver")

@@ -6,6 +6,9 @@ import os
 import shlex
 import subprocess
 import sys
+import time
+
+import pytest
 
 from dense_rnn.data import ptb
 from tests.conftest import REPO
@@ -129,3 +132,28 @@ def test_bad_input_of_one_run_fails_that_run_alone(tmp_path):
 
     failed = runner.run_all(str(tmp_path), ["bad", "good"], start, parallel=1)
     assert failed == ["bad (not started: its sweep's summary.json is damaged)"]
+
+
+def test_a_run_stops_with_a_checkpoint_when_its_driver_is_killed_outright(data_dir, tmp_path):
+    """SIGKILL to a driver (the OOM killer, say): its runs get SIGTERM, checkpoint and exit,
+    and the driver's rerun resumes them; not orphans training on in a locked workdir."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_PDEATHSIG is Linux's")
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "experiments.reproduce_ptb", "--configs=tiny",
+         f"--root={tmp_path}", f"--data_dir={os.path.join(data_dir, 'ptb')}",
+         "--extra=--max_epochs=40,--log_every_steps=100"],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = tmp_path / "tiny" / "train.log"
+    for _ in range(600):  # until the run has trained a few steps
+        if log.exists() and " step " in log.read_text():
+            break
+        time.sleep(0.1)
+    driver.kill()
+    driver.wait()
+    for _ in range(600):
+        if "terminated: stopped at step" in log.read_text():
+            break
+        time.sleep(0.1)
+    assert "terminated: stopped at step" in log.read_text(), log.read_text()[-500:]
+
