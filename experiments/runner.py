@@ -6,6 +6,7 @@ interrupted (Ctrl-C, SIGTERM) stops its runs, each with a checkpoint, and waits 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import glob
 import json
@@ -20,7 +21,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import NoReturn
 
 from dense_rnn import cli, files, platform
-from dense_rnn.cli import command_line
 from dense_rnn.errors import UserError
 
 # A finished run's files while the same workdir runs under another command.
@@ -54,7 +54,7 @@ def check_lists(**lists: Sequence[str] | None) -> None:
         if values is not None and not values:
             raise UserError(f"--{name}= names nothing; name at least one, or leave the flag "
                             "out")
-        if twice := sorted({v for v in values or () if list(values).count(v) > 1}):
+        if twice := sorted(v for v, n in collections.Counter(values or ()).items() if n > 1):
             raise UserError(f"--{name}={','.join(values)} names {', '.join(twice)} twice; "
                             "name each once")
 
@@ -169,7 +169,7 @@ def launch(module: str, args: Sequence[str], workdir: str) -> subprocess.Popen |
     if fd is not None:
         os.close(fd)
     cmd = [sys.executable, "-m", module, *args, f"--workdir={workdir}"]
-    line = command_line(cmd) + "\n"
+    line = cli.command_line(cmd) + "\n"
     done, recorded = os.path.join(workdir, "summary.json"), os.path.join(workdir, "command.txt")
     if os.path.exists(done):
         with contextlib.suppress(FileNotFoundError), open(recorded) as f:

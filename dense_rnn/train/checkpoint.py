@@ -141,7 +141,6 @@ def _lock(workdir: str) -> int | None:
     """Creates ``workdir`` if need be and takes its lock (``files.lock``) on the first
     process; the hosts of a multi-host run learn from it whether it could, and all raise or
     none does."""
-    check_workdir_path(workdir)
     try:
         os.makedirs(workdir, exist_ok=True)
     except FileExistsError:
@@ -189,6 +188,7 @@ def locked(workdir: str) -> Iterator[None]:
     there inside the block trains under this lock) or in its subdirectories (CV folds, a
     sweep's rates, each locked there too). The registry is the process's: a Checkpointer
     another thread opens there meanwhile shares the lock as well."""
+    check_workdir_path(workdir)
     key = os.path.realpath(workdir)
     with _hold(workdir):
         _run_locks.add(key)
