@@ -1,6 +1,7 @@
 """notebooks/quickstart.ipynb runs top to bottom (quick settings, local data)."""
 
 import os
+import re
 
 import pytest
 
@@ -25,6 +26,13 @@ def test_quickstart_notebook_runs(data_dir, tmp_path, monkeypatch):
     assert "test perplexity" in outputs and "perplexity" in outputs
     assert "test_accuracy" in outputs
     assert "warning: sst2" not in outputs and "warning: PTB" not in outputs  # excerpts
+    assert "IProgress" not in outputs  # tqdm's warning where ipywidgets is missing
+    # the quick runs learn: the sentence outscores its scrambled words, and the classifier
+    # beats the majority class of the test excerpt (104 of 200)
+    scores = {text: float(v) for v, text in re.findall(r"^ *(-[\d.]+)  (.+)$", outputs, re.M)}
+    assert (scores["the company said it expects higher earnings"]
+            > scores["earnings company the it said higher"])
+    assert float(re.search(r"'test_accuracy': ([\d.]+)", outputs).group(1)) > 0.6
     for run in ["lm", "dc_bilstm"]:  # TensorBoard event files from both trainers; each run
         # is named by the device count, whose batch it has
         assert os.listdir(tmp_path / "quickstart_work" / f"{run}_8_devices" / "tensorboard")

@@ -224,3 +224,27 @@ def test_two_processes_of_two_devices_match_one_device(corpus_dir, tmp_path):  #
     assert two["data_parallel_devices"] == 4 and single["data_parallel_devices"] == 1
     for key in ("best_valid_ppl", "test_ppl"):
         np.testing.assert_allclose(two[key], single[key], rtol=1e-5)
+
+
+def test_pacer_waits_for_the_step_before_on_a_cpu_mesh_only():
+    class Step:  # a dispatched step's output: records when it is waited for
+        def __init__(self, name, log):
+            self.name, self.log = name, log
+
+        def block_until_ready(self):
+            self.log.append(self.name)
+            return self
+
+    cpu = SimpleNamespace(platform="cpu")
+    eight = SimpleNamespace(size=8, devices=np.array([cpu] * 8))
+    log = []
+    pace = parallel.Pacer(eight)
+    assert [pace(Step(n, log)).name for n in "abc"] == ["a", "b", "c"]
+    assert log == ["a", "b"]  # each step waits for the one before, so two are in flight
+    tpu = SimpleNamespace(size=8, devices=np.array([SimpleNamespace(platform="tpu")] * 8))
+    for mesh in (None, SimpleNamespace(size=1, devices=np.array([cpu])), tpu):
+        log.clear()
+        pace = parallel.Pacer(mesh)
+        for n in "abc":
+            pace(Step(n, log))
+        assert not pace.on and log == []

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from types import ModuleType
 
-import datasets
+with warnings.catch_warnings():  # tqdm's, in a Jupyter without ipywidgets: bars are off
+    warnings.filterwarnings("ignore", message="IProgress not found")
+    import datasets
 from huggingface_hub.utils import logging as hub_logging
 
 from dense_rnn.errors import UserError

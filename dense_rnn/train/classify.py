@@ -186,7 +186,8 @@ def accuracy(eval_step: EvalStep, params: Any, ids: Sequence[np.ndarray], labels
     """Accuracy over ``ids``; with a ``mesh``, each batch is split over it."""
     place = (lambda b: b) if mesh is None else (
         lambda b: parallel.put(b, parallel.batch_sharded(mesh)))
-    correct = sum(eval_step(params, place(b)) for b in tc.batches(ids, labels, batch_size))
+    pace = parallel.Pacer(mesh)
+    correct = sum(pace(eval_step(params, place(b))) for b in tc.batches(ids, labels, batch_size))
     return float(correct) / max(len(ids), 1)
 
 
@@ -262,6 +263,7 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
                 raise metrics.not_finite_error(ce_sum / n_train, f"in epoch {progress.epoch + 1}",
                                                workdir, ckpt.latest_step(), RESUMABLE_FIELDS)
 
+        pace = parallel.Pacer(mesh)
         while not progress.done and progress.epoch < c.max_epochs:
             rng = np.random.default_rng([c.seed, progress.epoch])
             ce_sum = jnp.asarray(progress.epoch_ce_sum, jnp.float32)
@@ -273,7 +275,7 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
                 state["params"], state["opt_state"], ce, ok = train_step(
                     state["params"], state["opt_state"],
                     parallel.put(batch, parallel.batch_sharded(mesh)), progress.global_step)
-                ce_sum, correct = ce_sum + ce, correct + ok
+                ce_sum, correct = ce_sum + pace(ce), correct + ok
                 progress.global_step += 1
                 progress.step_in_epoch += 1
                 i = progress.step_in_epoch

@@ -204,11 +204,11 @@ def evaluate(model: LanguageModel, eval_step: EvalStep, params: Any, ids: np.nda
         return tree if sharding is None else parallel.put(tree, sharding)
 
     carries = place(model.zero_carries(batch))
-    total = jnp.zeros(())
+    total, pace = jnp.zeros(()), parallel.Pacer(mesh)
     for i in range(ptb.num_windows(streams, num_steps, drop_remainder=False)):
         x, y = place(ptb.window(streams, i, num_steps))
         carries, nll = eval_step(params, carries, x, y)
-        total = total + nll
+        total = total + pace(nll)
     return perplexity(float(total) / (batch * (streams.shape[1] - 1)))
 
 
@@ -352,7 +352,7 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
 
         tokens_per_step = c.batch_size * c.num_steps
         compiled = False
-        stop = finished is not None
+        stop, pace = finished is not None, parallel.Pacer(mesh)
         while not stop and progress.epoch < c.max_epochs:
             if progress.step_in_epoch == 0:
                 state["carries"] = parallel.put(model.zero_carries(c.batch_size), batch_sharded)
@@ -364,7 +364,7 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
                 state["params"], state["opt_state"], state["carries"], nll = train_step(
                     state["params"], state["opt_state"], state["carries"], x, y,
                     progress.global_step)
-                pending.append(nll)
+                pending.append(pace(nll))
                 progress.step_in_epoch += 1
                 progress.global_step += 1
                 if not compiled:  # the first step compiles: keep it out of the throughput
