@@ -82,12 +82,14 @@ def forward(w_hh: tuple[Array, ...], xw: Array, carry: Carry, mask: Array | None
         saved = [xw.shape, step, step] if save else [(0,)] * 3
         ys, c, h, *rest = native.call("dense_lstm_forward", [step, c0.shape, h0.shape, *saved,
                                                              *ops],
-                                      w, xw, c0, h0, native.optional(mask), **attrs)
+                                      w, xw, c0, h0, native.optional(mask), **attrs,
+                                      variable=VARIABLE)
         carry, saved, ops = (c, h), tuple(rest[:3]), rest[3:]
     else:
         ys, carry, acts, *ops = native.call(
             "gru_forward", [step, carry.shape, xw.shape if save else (0,), *ops], w, xw, carry,
-            native.optional(mask), **attrs, gru=cell == "gru")
+            native.optional(mask), **attrs, gru=cell == "gru",
+            variable=VARIABLE)
         saved = (acts,)
     grouped = tuple(tuple(ops[i: i + per]) for i in range(0, len(ops), per))
     return carry, ys, (saved, grouped) if save else None
@@ -104,11 +106,11 @@ def backward(w_hh: tuple[Array, ...], dys: Array, dcarry: Carry, mask: Array | N
         dc, dh = dcarry
         dxw, dc0, dh0 = native.call("dense_lstm_backward", [saved[0].shape, dc.shape, dh.shape],
                                     w, dys, dc, dh, native.optional(mask), *saved,
-                                    *jax.tree.leaves(ops), **attrs)
+                                    *jax.tree.leaves(ops), **attrs, variable=VARIABLE)
         return dxw, (dc0, dh0)
     dxw, dh0 = native.call("gru_backward", [saved[0].shape, dcarry.shape], w, dys, dcarry,
                            native.optional(mask), *saved, *jax.tree.leaves(ops), **attrs,
-                           gru=cell == "gru")
+                           gru=cell == "gru", variable=VARIABLE)
     return dxw, dh0
 
 

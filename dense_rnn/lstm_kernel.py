@@ -76,7 +76,7 @@ def forward(w_hh: Array, xs: Array, carry: tuple[Array, Array], mask: Array | No
     shapes = [seq, h0.shape, h0.shape,
               *([(t, *lead, g), saved, saved, seq] if save else [(0,)] * 4)]
     ys, c, h, *res = native.call("lstm_forward", shapes, w_hh, xs, c0, h0, native.optional(mask),
-                                 native.optional(r), native.optional(b))
+                                 native.optional(r), native.optional(b), variable=VARIABLE)
     return (c, h), ys, tuple(res) if save else None
 
 
@@ -91,5 +91,6 @@ def backward(w_hh: Array, dys: Array, dcarry: tuple[Array, Array], mask: Array |
     *steps, n = dys.shape  # steps: ([D,] B, T)
     shapes = [(*steps, 4 * n), dh.shape, dh.shape, dh.shape if r is not None else (0,)]
     dzs, dc0, dh0, drmask = native.call("lstm_backward", shapes, w_hh, dys, dc, dh,
-                                        native.optional(mask), native.optional(r), *res)
+                                        native.optional(mask), native.optional(r), *res,
+                                        variable=VARIABLE)
     return dzs, (dc0, dh0), drmask if r is not None else None

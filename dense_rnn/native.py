@@ -164,13 +164,30 @@ def library() -> ctypes.CDLL | str:
     return lib
 
 
-def call(name: str, shapes: list[tuple[int, ...]], *args: jax.Array, **attrs) -> list[jax.Array]:
+def call(name: str, shapes: list[tuple[int, ...]], *args: jax.Array, variable: str,
+         **attrs) -> list[jax.Array]:
     """Handler ``name``'s float32 results of ``shapes`` for ``args`` and the attributes
-    ``attrs``; raises ``RuntimeError`` where the kernels are unavailable."""
+    ``attrs``; raises ``RuntimeError`` where the kernels are unavailable. A handler has no
+    derivative (the callers' ``jax.custom_vjp`` rules call them): differentiating one, as a
+    gradient of a gradient does, raises ``NotImplementedError`` naming ``variable``, the
+    environment variable that turns it off."""
     if isinstance(lib := library(), str):
         raise RuntimeError(f"the C++ kernels are unavailable: {lib}")
     outs = [jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes]
-    return jax.ffi.ffi_call(target(name), outs, vmap_method="sequential")(*args, **attrs)
+    ffi = jax.ffi.ffi_call(target(name), outs, vmap_method="sequential")
+
+    @jax.custom_jvp
+    def run(*operands: jax.Array) -> list[jax.Array]:
+        return ffi(*operands, **attrs)
+
+    @run.defjvp
+    def _no_derivative(primals: tuple, tangents: tuple) -> tuple:
+        raise NotImplementedError(
+            f"dense_rnn's C++ kernel {name} has no derivative, so a gradient of a gradient "
+            f"(jax.hessian, a gradient penalty) cannot pass through it: set {variable}=off "
+            "before the function is traced, for JAX's own ops")
+
+    return run(*args)
 
 
 def optional(x: jax.Array | None) -> jax.Array:

@@ -59,9 +59,14 @@ def describe(a: object) -> str:
 def check_sequence(layer: str, x: Array, lengths: Array | None) -> None:
     """Raises a one-line ``ValueError`` unless ``x`` is (batch, time, features) and
     ``lengths`` is ``None`` or integer ``(batch,)``."""
+    if not hasattr(x, "ndim"):
+        raise ValueError(f"{layer}: x must be an array (batch, time, features), got "
+                         f"{describe(x)}; pass jnp.asarray(x)")
     if x.ndim != 3:
+        fix = ("add a batch axis with x[None]" if x.ndim < 3 else
+               "fold the extra axes into the batch with x.reshape(-1, *x.shape[-2:])")
         raise ValueError(f"{layer}: x must be (batch, time, features), got shape {x.shape}; "
-                         "add a batch axis with x[None]")
+                         f"{fix}")
     dtype = getattr(lengths, "dtype", None)  # None: a list or a scalar, not an array
     if lengths is not None and (dtype is None or jnp.shape(lengths) != x.shape[:1]
                                 or not jnp.issubdtype(dtype, jnp.integer)):

@@ -58,7 +58,7 @@ def forward(raw: Array, bias: Array, targets: Array, save: bool
     row sums; without ``save`` the NLL alone."""
     n, v = raw.shape
     nll, inv_total, e = native.call("softmax_forward", [(n,), (n,), (n, v) if save else (0,)],
-                                    raw, bias, targets.astype(jnp.int32))
+                                    raw, bias, targets.astype(jnp.int32), variable=VARIABLE)
     return (nll, e, inv_total) if save else nll
 
 
@@ -70,5 +70,6 @@ def backward(x: Array, kernel: Array, e: Array, inv_total: Array, targets: Array
     (n, d), v = x.shape, kernel.shape[1]
     packed = -(-d // _PANEL) * _PANEL * v + d * n  # W^T's panels and x^T
     dx, dw, db, _, _ = native.call("softmax_backward", [(n, d), (d, v), (v,), (n, v), (packed,)],
-                                   x, kernel, e, inv_total, targets.astype(jnp.int32), g)
+                                   x, kernel, e, inv_total, targets.astype(jnp.int32), g,
+                                   variable=VARIABLE)
     return dx, dw, db

@@ -101,6 +101,7 @@ class RecurrentStack(nn.Module):
         ``(batch,)`` real lengths, clamped to the padded length.
         """
         recurrent.check_per_layer("RecurrentStack", "features", self.features, "(200, 200)")
+        recurrent.check_sequence("RecurrentStack", x, lengths)
         if not 0 <= self.dropout_rate < 1:
             raise ValueError(f"RecurrentStack: dropout_rate={self.dropout_rate} must be in "
                              "[0, 1)")

@@ -109,6 +109,16 @@ def test_padded_sentences_stop_their_carries_at_their_lengths():
                      carries, want)
 
 
+def test_carries_of_another_batch_or_depth_name_zero_carries():
+    model = LanguageModel(vocab_size=11, embed_size=5, hidden_size=4, num_layers=2)
+    tokens = jnp.zeros((2, 3), jnp.int32)
+    variables = model.init(jax.random.key(0), tokens)
+    for carries in (model.zero_carries(3), model.zero_carries(2)[:1]):
+        with pytest.raises(ValueError, match=r"^LanguageModel: carries must be shaped like "
+                                             r"zero_carries\(2\), \(\(\(2, 4\), \(2, 4\)\), "):
+            model.apply(variables, tokens, carries)
+
+
 def test_targets_given_in_the_carries_place_and_empty_windows():
     model = LanguageModel(vocab_size=11, embed_size=5, hidden_size=4, num_layers=2)
     tokens = jnp.zeros((2, 3), jnp.int32)

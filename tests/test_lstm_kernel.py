@@ -282,3 +282,23 @@ def test_auto_picks_the_kernels_by_cpu(monkeypatch, vendor, flags, scans, produc
         for variable in (lstm_kernel.VARIABLE, blas.VARIABLE):
             monkeypatch.setenv(variable, value)
         assert lstm_kernel.available() == blas.available() == (value == "on")
+
+
+@pytest.mark.parametrize("kernel", ["on", "off"])
+def test_a_gradient_of_a_gradient_needs_the_kernel_off_and_says_so(kernel, monkeypatch):
+    monkeypatch.setenv("DENSE_RNN_LSTM_KERNEL", kernel)
+    if kernel == "on" and not lstm_kernel.available():
+        pytest.skip("the C++ kernels cannot be built or loaded here")
+    model = recurrent.Recurrent("lstm", 5)
+    x = jax.random.normal(jax.random.key(1), (2, 4, 3))
+    variables = model.init(jax.random.key(0), x)
+
+    def penalty(x):  # a gradient penalty: the squared norm of d loss / d x
+        grad = jax.grad(lambda x: jnp.sum(model.apply(variables, x)[1] ** 2))(x)
+        return jnp.sum(grad ** 2)
+
+    if kernel == "on":
+        with pytest.raises(NotImplementedError, match="DENSE_RNN_LSTM_KERNEL=off"):
+            jax.grad(penalty)(x)
+    else:
+        assert np.isfinite(np.asarray(jax.grad(penalty)(x))).all()

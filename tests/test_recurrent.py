@@ -293,7 +293,9 @@ def test_a_recurrent_mask_of_the_wrong_shape_is_one_line(layer, mask):
 
 @pytest.mark.parametrize("layer", _layers(), ids=lambda m: f"{type(m).__name__}")
 @pytest.mark.parametrize("x_shape, lengths, message", [
-    ((5, 3), None, r"x must be \(batch, time, features\), got shape \(5, 3\)"),
+    ((5, 3), None, r"x must be \(batch, time, features\), got shape \(5, 3\); add a batch"),
+    ((1, 2, 5, 3), None, r"x must be .* got shape \(1, 2, 5, 3\); fold the extra axes into"),
+    ("list", None, r"x must be an array \(batch, time, features\), got list; pass jnp.asarray"),
     ((2, 5, 3), np.array([[5], [3]]), r"lengths must be an integer array of shape \(2,\)"),
     ((2, 5, 3), np.array([5, 3, 1]), r"lengths .* one per sequence, got int64 \(3,\)"),
     ((2, 5, 3), np.array([5.0, 3.0]), r"lengths must be an integer array .* got float64"),
@@ -301,7 +303,8 @@ def test_a_recurrent_mask_of_the_wrong_shape_is_one_line(layer, mask):
 ])
 def test_layers_reject_malformed_inputs_in_one_line(layer, x_shape, lengths, message):
     with pytest.raises(ValueError, match=f"{type(layer).__name__}: {message}") as e:
-        layer.init(jax.random.key(0), jnp.ones(x_shape), lengths=lengths)
+        x = np.ones((2, 5, 3)).tolist() if x_shape == "list" else jnp.ones(x_shape)
+        layer.init(jax.random.key(0), x, lengths=lengths)
     assert "\n" not in str(e.value)
 
 

@@ -88,8 +88,14 @@ class LanguageModel(nn.Module):
             e = embedded
         broadcast = (1,) if self.variational else ()
         e = Dropout(self.dropout_rate, broadcast_dims=broadcast)(e, deterministic)
+        zero = self.zero_carries(tokens.shape[0], e.dtype)
         if carries is None:
-            carries = self.zero_carries(tokens.shape[0], e.dtype)
+            carries = zero
+        elif [jnp.shape(c) for c in jax.tree.leaves(carries)] != [
+                c.shape for c in jax.tree.leaves(zero)]:
+            raise ValueError(f"LanguageModel: carries must be shaped like zero_carries("
+                             f"{tokens.shape[0]}), {jax.tree.map(jnp.shape, zero)}; got "
+                             f"{jax.tree.map(jnp.shape, carries)}")
         given = [c.dtype for c in jax.tree.leaves(carries)]
         carries, features = stack.RecurrentStack(
             cell="lstm",
