@@ -1,6 +1,8 @@
-"""Process set-up of the binaries: XLA flags and the persistent compilation cache."""
+"""Process set-up of the binaries: XLA flags, the persistent compilation cache, malloc."""
 
 import os
+import sys
+from types import SimpleNamespace
 
 import jax
 import pytest
@@ -66,3 +68,21 @@ def test_inference_runs_take_gpu_memory_as_needed_unless_told(monkeypatch):
     monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "true")
     platform.share_gpu_memory()
     assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "true"
+
+
+def test_fast_malloc_sets_what_the_user_left_unset(monkeypatch):
+    calls = []
+    fake = SimpleNamespace(mallopt=lambda param, value: calls.append((param, value)) or 1)
+    monkeypatch.setattr(platform.ctypes, "CDLL", lambda name: fake)
+    for name in platform.FAST_MALLOC_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")  # the user's: kept
+    assert platform.fast_malloc() == sys.platform.startswith("linux")
+    if sys.platform.startswith("linux"):  # M_MMAP_THRESHOLD, M_TRIM_THRESHOLD (an int)
+        assert calls == [(-3, 2_000_000_000), (-1, 2**31 - 1)]
+
+
+def test_fast_malloc_takes_effect_here():
+    if not sys.platform.startswith("linux"):
+        pytest.skip("glibc's mallopt")
+    assert platform.fast_malloc()

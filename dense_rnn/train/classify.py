@@ -37,7 +37,7 @@ import optax
 from flax import traverse_util
 from jax.sharding import Mesh
 
-from dense_rnn import files, native, parallel, precision
+from dense_rnn import files, native, parallel, platform, precision
 from dense_rnn.configs.classifier import ClassifierConfig
 from dense_rnn.configs.families import all_configs as all_configs
 from dense_rnn.configs.families import get_config as get_config
@@ -219,6 +219,7 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
     record: dev/test accuracies, epochs, parameter counts, wall time. ``should_stop`` is
     asked after every step; once it says so, the run checkpoints that step and raises
     ``Interrupted``."""
+    platform.fast_malloc()  # from Python (a notebook): no re-exec set it
     wall_start = time.time()
     mesh = parallel.make_mesh(c.num_devices)  # ``run`` has checked the batch over it
     with checkpoint.Checkpointer(workdir, identity, descriptive=DESCRIPTIVE_FIELDS) as ckpt:
@@ -376,7 +377,9 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
     every text; ``hf_dataset`` reads the dataset from the Hugging Face hub (or a local
     dataset directory) instead of ``data_dir``; ``should_stop`` is ``train_split``'s. Local
     splits of other sizes than the standard ones are warned about when the run starts (an
-    empty or new ``workdir``), unless ``check_sizes`` is False (a deliberate excerpt)."""
+    empty or new ``workdir``), unless ``check_sizes`` is False (a deliberate excerpt).
+    glibc's malloc is set to keep freed buffers, as the binaries set it
+    (``platform.fast_malloc``)."""
     wall_start = time.time()
     starts = not os.path.isdir(workdir) or not set(os.listdir(workdir)) - {files.LOCK_FILE}
     if select not in SELECTIONS:

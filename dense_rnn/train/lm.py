@@ -26,7 +26,7 @@ import numpy as np
 import optax
 from jax.sharding import Mesh
 
-from dense_rnn import native, parallel, precision
+from dense_rnn import native, parallel, platform, precision
 from dense_rnn.configs.ptb import LMConfig
 from dense_rnn.data import ptb
 from dense_rnn.errors import Interrupted, UserError
@@ -253,7 +253,9 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
     ``should_stop`` is asked after every step; once it says so, the run checkpoints that
     step and raises ``Interrupted`` (``cli.stop_on_signals`` ties it to Ctrl-C). Local splits
     of other sizes than Mikolov's are warned about when a run starts, unless
-    ``check_sizes`` is False (a deliberate excerpt)."""
+    ``check_sizes`` is False (a deliberate excerpt). glibc's malloc is set to keep freed
+    buffers, as the binaries set it (``platform.fast_malloc``)."""
+    platform.fast_malloc()  # from Python (a notebook): no re-exec set it
     wall_start = time.time()
     identity = {k: v for k, v in c.to_dict().items() if k not in RESUMABLE_FIELDS}
     if runs := checkpoint.runs_below(workdir):  # its summary.json is theirs
