@@ -99,7 +99,6 @@ def put(tree: Any, sharding: NamedSharding) -> Any:
     return jax.tree.map(one, tree)
 
 
-
 class Pacer:
     """Paces a loop's steps on a CPU mesh of several devices: ``pace(out)``, called with each
     step's output as it is dispatched (one that no later step donates), returns it once the
