@@ -218,7 +218,8 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
     """Trains ``c`` on one train/dev/test split (resuming from ``workdir``); returns its
     record: dev/test accuracies, epochs, parameter counts, wall time. ``should_stop`` is
     asked after every step; once it says so, the run checkpoints that step and raises
-    ``Interrupted``."""
+    ``Interrupted``. glibc's malloc is set to keep freed buffers, as the binaries set it
+    (``platform.fast_malloc``)."""
     platform.fast_malloc()  # from Python (a notebook): no re-exec set it
     wall_start = time.time()
     mesh = parallel.make_mesh(c.num_devices)  # ``run`` has checked the batch over it
@@ -377,9 +378,7 @@ def run(c: ClassifierConfig, family: ModuleType, dataset: str, data_dir: str, wo
     every text; ``hf_dataset`` reads the dataset from the Hugging Face hub (or a local
     dataset directory) instead of ``data_dir``; ``should_stop`` is ``train_split``'s. Local
     splits of other sizes than the standard ones are warned about when the run starts (an
-    empty or new ``workdir``), unless ``check_sizes`` is False (a deliberate excerpt).
-    glibc's malloc is set to keep freed buffers, as the binaries set it
-    (``platform.fast_malloc``)."""
+    empty or new ``workdir``), unless ``check_sizes`` is False (a deliberate excerpt)."""
     wall_start = time.time()
     starts = not os.path.isdir(workdir) or not set(os.listdir(workdir)) - {files.LOCK_FILE}
     if select not in SELECTIONS:
