@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 from jax.typing import DTypeLike
 
 from dense_rnn import precision
@@ -38,7 +39,7 @@ def project(params: Params, x: Array, bias: bool = True) -> Array:
     w = params["w_ih"]
     dtype = jnp.promote_types(x.dtype, w.dtype)
     xw = precision.linear(x.astype(dtype), w.astype(dtype))
-    return xw + params["b"] if bias else xw
+    return xw + lax.broadcast_to_rank(params["b"], xw.ndim) if bias else xw
 
 
 def recurrent_product(h: Array, w_hh: Array) -> Array:
@@ -50,7 +51,7 @@ def lstm_gates(z: Array) -> Array:
     """``[sigmoid(i); sigmoid(f); tanh(g); sigmoid(o)]`` of the LSTM pre-activations ``z``
     (..., 4H), as one elementwise pass over all four gates with one ``tanh``:
     ``sigmoid(x) = 0.5 tanh(0.5 x) + 0.5``."""
-    col = jnp.arange(z.shape[-1])
+    col = lax.broadcast_to_rank(jnp.arange(z.shape[-1]), z.ndim)
     n = z.shape[-1] // 4
     s = jnp.where((col >= 2 * n) & (col < 3 * n), 1.0, 0.5).astype(z.dtype)
     return s * jnp.tanh(s * z) + (1 - s)

@@ -286,9 +286,6 @@ class DenseRecurrent(nn.Module):
         ``k`` (blocks restart at every call)."""
         check_sequence("DenseRecurrent", x, lengths)
         check_sizes("DenseRecurrent", features=self.features)
-        if x.shape[1] == 0:
-            raise ValueError("DenseRecurrent: x has no time steps; give sequences of at least "
-                             "one step")
         if self.k < 1:
             raise ValueError(f"DenseRecurrent: k={self.k}; the dense depth must be at least 1")
         spec = cells.get_cell(self.cell)
@@ -306,4 +303,6 @@ class DenseRecurrent(nn.Module):
         xw = cells.project(params, x)
         carry = initial_carry("DenseRecurrent", spec, carry, x.shape[0], self.features,
                               xw.dtype)
+        if x.shape[1] == 0:  # no step: the carry passes through, as a scan of length 0
+            return carry, jnp.zeros((*x.shape[:2], self.features), xw.dtype)
         return dense_scan(self.cell, w_hh, xw, carry, lengths, self.block_start)

@@ -67,16 +67,24 @@ def check_sequence(layer: str, x: Array, lengths: Array | None) -> None:
                "fold the extra axes into the batch with x.reshape(-1, *x.shape[-2:])")
         raise ValueError(f"{layer}: x must be (batch, time, features), got shape {x.shape}; "
                          f"{fix}")
+    check_lengths(layer, lengths, x.shape[0])
+
+
+def check_lengths(layer: str, lengths: Array | None, batch: int) -> None:
+    """Raises a one-line ``ValueError`` unless ``lengths`` is ``None`` or integer
+    ``(batch,)``."""
     dtype = getattr(lengths, "dtype", None)  # None: a list or a scalar, not an array
-    if lengths is not None and (dtype is None or jnp.shape(lengths) != x.shape[:1]
+    if lengths is not None and (dtype is None or jnp.shape(lengths) != (batch,)
                                 or not jnp.issubdtype(dtype, jnp.integer)):
-        raise ValueError(f"{layer}: lengths must be an integer array of shape ({x.shape[0]},), "
+        raise ValueError(f"{layer}: lengths must be an integer array of shape ({batch},), "
                          f"one per sequence, got {describe(lengths)}")
 
 
-def check_tokens(model: str, tokens: Array, targets: Array | None = None) -> None:
+def check_tokens(model: str, tokens: Array, targets: Array | None = None,
+                 lengths: Array | None = None) -> None:
     """Raises a one-line ``ValueError`` unless ``tokens`` (and ``targets``, if given) are
-    integer (batch, time) arrays of one shape."""
+    integer (batch, time) arrays of one shape and ``lengths`` is ``None`` or integer
+    ``(batch,)``."""
     for name, a in (("tokens", tokens), ("targets", targets)):
         dtype = getattr(a, "dtype", None)
         if a is not None and (dtype is None or jnp.ndim(a) != 2
@@ -87,6 +95,7 @@ def check_tokens(model: str, tokens: Array, targets: Array | None = None) -> Non
     if targets is not None and targets.shape != tokens.shape:
         raise ValueError(f"{model}: targets {targets.shape} must have the shape of tokens "
                          f"{tokens.shape}")
+    check_lengths(model, lengths, tokens.shape[0])
 
 
 def check_sizes(layer: str, **sizes: int) -> None:
@@ -250,7 +259,7 @@ def scan_cell(
     if _fast_lstm(cell):  # batch-major, as xw; the C++ kernel adds the bias as it reads xw
         carry, ys = lstm_scan(params["w_hh"], xw, carry, mask, recurrent_mask, unroll, bias)
     else:
-        xw = xw if bias is None else xw + bias
+        xw = xw if bias is None else xw + jnp.expand_dims(bias, (-3, -2))
         if _kernel_cell(cell, params, xw, carry):  # batch-major too
             carry, ys = dense_kernel.scan((params["w_hh"],), xw, carry, mask, False, cell.name)
         else:  # a time-major lax.scan
@@ -318,6 +327,8 @@ def _xla_lstm_forward(
     """``_lstm_forward`` as a ``lax.scan`` of XLA's kernels, over ``xs`` moved time-major."""
     if b is not None:  # (4H) or (D, 4H), over every batch row and step
         xs = xs + jnp.expand_dims(b, (-3, -2))
+    if rmask is not None:
+        rmask = jnp.broadcast_to(rmask, carry[1].shape)
 
     def body(
         carry: tuple[Array, Array], inputs: tuple[Array, Array | None]
@@ -395,7 +406,8 @@ def _lstm_scan_bwd(
     if rmask is not None:  # a mask broadcast against h (one (batch, H) mask for D
         # directions, say) gets its gradient summed over the axes it was broadcast along
         drmask = _sum_to_shape(drmask, rmask.shape).astype(rmask.dtype)
-    h_prev = res[-1] if rmask is None else res[-1] * jnp.expand_dims(rmask, -2)  # over time
+    h_prev = res[-1] if rmask is None else res[-1] * jnp.expand_dims(  # over time
+        jnp.broadcast_to(rmask, dcarry[1].shape), -2)
     dw = jax.vmap(_sum_over_steps) if w_hh.ndim == 3 else _sum_over_steps
     # each gradient in its primal's dtype (a float32 carry under bfloat16 weights, say)
     dcarry = (dc0.astype(res[1].dtype), dh0.astype(res[-1].dtype))
@@ -419,6 +431,7 @@ def _xla_lstm_backward(
     the gates' gradients ``dzs`` (batch-major, as ``dys``), the initial carry's cotangents
     and, with ``rmask``, its gradient at the carry's shape."""
     dc_last, dh_last = dcarry
+    rmask = None if rmask is None else jnp.broadcast_to(rmask, dh_last.shape)
     # h_{t-1}, time-major, only for the recurrent mask's gradient
     res = (*res[:3], None if rmask is None else jnp.moveaxis(res[3], -2, 0))
 

@@ -27,6 +27,7 @@ import functools
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax import lax
 from jax.typing import DTypeLike
 
 from dense_rnn import precision, softmax_kernel
@@ -47,10 +48,10 @@ def _shifted_exp(raw: Array, bias: Array, exact: bool) -> tuple[Array, Array, Ar
     needs only ``raw``, so the biased logits never touch memory: each pass adds the bias as
     it reads. It overshoots by at most ``max(bias) - min(bias)``."""
     if exact:
-        shift = (raw + bias).max(axis=-1, keepdims=True)
+        shift = (raw + bias[None]).max(axis=-1, keepdims=True)
     else:
         shift = raw.max(axis=-1, keepdims=True) + bias.max()
-    e = jnp.exp(raw + bias - shift)
+    e = jnp.exp(raw + bias[None] - shift)
     return shift, e, e.sum(axis=-1)
 
 
@@ -138,7 +139,7 @@ def _xla_grads(x2: Array, kernel: Array, e: Array, inv_total: Array, targets: Ar
                ) -> tuple[Array, Array, Array]:
     """``(dx, dW, db)`` of the flattened layer (``softmax_kernel.backward``'s operands) in
     XLA: one elementwise pass writes ``dlogits``, then the products."""
-    onehot = jnp.arange(e.shape[-1]) == targets[:, None]
+    onehot = jnp.arange(e.shape[-1])[None] == targets[:, None]
     d = ((e * inv_total[:, None] - onehot) * g[:, None]).astype(x2.dtype)
     dw, db = precision.matmul_tn_colsum(x2, d)
     return precision.matmul_nt(d, kernel), dw, db
@@ -166,5 +167,5 @@ class SoftmaxOutput(nn.Module):
         bias = self.param("bias", self.bias_init, (self.vocab_size,), self.param_dtype)
         kernel, bias = kernel.astype(x.dtype), bias.astype(x.dtype)
         if targets is None:
-            return precision.matmul(x, kernel) + bias
+            return precision.matmul(x, kernel) + lax.broadcast_to_rank(bias, x.ndim)
         return softmax_cross_entropy(x, kernel, bias, targets)

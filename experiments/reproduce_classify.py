@@ -69,7 +69,8 @@ SUITES: dict[str, tuple[int, Callable[[], list[Job]]]] = {
 
 flags.DEFINE_string("suite", "dc_table1", " | ".join(SUITES) + ".")
 define_path("root", "workdirs/cls", "One workdir per run under this directory.")
-flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds of the non-CV datasets.")
+flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds of the non-CV datasets (Zhao et al.'s "
+                  "Table 2 averages 5 runs: --seeds=0,1,2,3,4).")
 flags.DEFINE_list("folds", [str(k) for k in range(10)], "CV folds of MR and Subj.")
 flags.DEFINE_list("datasets", None, "Restrict the suite to these datasets.")
 flags.DEFINE_list("configs", None, "Restrict the suite to these configs.")

@@ -447,6 +447,18 @@ def test_models_reject_malformed_tokens_in_one_line(model, tokens, message):
         model.init(jax.random.key(0), tokens)
 
 
+@pytest.mark.parametrize("model", _models()[1:], ids=lambda m: type(m).__name__)
+@pytest.mark.parametrize("lengths, message", [
+    (np.array([5.0, 3.0], np.float32), r"got float32 \(2,\)"),
+    ([5, 3], "got list"),
+    (np.array([5], np.int32), r"got int32 \(1,\)"),
+])
+def test_classifiers_name_themselves_for_malformed_lengths(model, lengths, message):
+    with pytest.raises(ValueError, match=f"^{type(model).__name__}: lengths must be an integer "
+                                         rf"array of shape \(2,\), one per sequence, {message}"):
+        model.init(jax.random.key(0), jnp.zeros((2, 5), jnp.int32), lengths)
+
+
 def test_language_model_settings_and_targets_are_checked():
     from dense_rnn import stack
     from dense_rnn.models import LanguageModel

@@ -359,8 +359,12 @@ def test_dataset_flag_help_names_every_dataset():
 
 def test_dry_run_counts_at_the_embedding_files_dimension(data_dir):
     glove = os.path.join(data_dir, "glove", "glove.6B.50d.txt.gz")
-    out = _classify("--config=dc_bilstm", f"--embeddings={glove}", "--dry_run").stdout
-    assert "embed_size=50\n" in out and "num_params_paper=814200\n" in out  # what runs log
+    r = _classify("--config=dc_bilstm", f"--embeddings={glove}", "--dry_run")
+    assert "embed_size=50\n" in r.stdout and "num_params_paper=814200\n" in r.stdout
+    assert r.stderr == (  # a run unlike the paper's says so
+        "note: the vectors of --embeddings have 50 dimensions, config dc_bilstm's embed_size "
+        "is 300: this model reads 50-d words and has 814,200 parameters in the paper's count, "
+        "against 1,404,200 at 300\n")
     r = _classify(f"--embeddings={glove}", "--embed_size=300", "--dry_run", check=False)
     assert r.returncode == 2 and r.stderr == (
         f"error: --embed_size=300, but the vectors of --embeddings={glove} have 50 dimensions; "

@@ -86,8 +86,6 @@ TABLE3_CONFIGS = {"gru_128": 46.4, "stacked_gru_128": 45.6, "hm_densegru_64": 46
                   "densegru_128": TABLE3["no_hierarchy"],
                   **{f"hm_densegru_64_{k}": TABLE3[k] for k in ("no_multiscale",
                                                                 "no_dense_block")}}
-# Configs whose Table 2 count this architecture does not reproduce (module docstring).
-PAPER_COUNT_MISMATCH = ("hm_densernn_64", "hm_densernn_128", "hm_densegru_64", "hm_denselstm_64")
 
 
 TABLE2_COLUMN = {"imdb": 1, "sst5": 2, "ag": 3}

@@ -69,7 +69,7 @@ class DCBiLSTM(nn.Module):
         for name in ("dropout_embed", "dropout_pool"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name}={getattr(self, name)} must be in [0, 1)")
-        check_tokens("DCBiLSTM", tokens)
+        check_tokens("DCBiLSTM", tokens, lengths=lengths)
         check_sizes("DCBiLSTM", vocab_size=self.vocab_size, num_classes=self.num_classes,
                     embed_size=self.embed_size)
         e = nn.Embed(self.vocab_size, self.embed_size, name="embed")(tokens)

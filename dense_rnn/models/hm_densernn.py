@@ -107,7 +107,7 @@ class HMTextClassifier(nn.Module):
         if unused:
             raise ValueError(f"HMTextClassifier: {', '.join(unused)} does not apply to "
                              f"net={self.net!r}; leave it out")
-        check_tokens("HMTextClassifier", tokens)
+        check_tokens("HMTextClassifier", tokens, lengths=lengths)
         check_sizes("HMTextClassifier", vocab_size=self.vocab_size,
                     num_classes=self.num_classes, embed_size=self.embed_size)
         e = nn.Embed(self.vocab_size, self.embed_size, name="embed")(tokens)
