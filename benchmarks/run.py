@@ -654,7 +654,8 @@ def targets_markdown(results: list[dict], gpu: bool, isolated: bool = True) -> s
                  + (" Flax's bfloat16 ratios are not counted: on a CPU its bfloat16 step is "
                     "slower than its float32 one." if not gpu and any(map(_bfloat16, results))
                     else "")
-                 + ("" if isolated or "OMP_WAIT_POLICY" not in _suite_set() else
+                 + ("" if isolated or "OMP_WAIT_POLICY" not in _suite_set()
+                    or not any("torch" in r["impl"] for res in results for r in res["rows"]) else
                     " All ran in one process, where PyTorch runs under "
                     "OMP_WAIT_POLICY=PASSIVE and is slowed by it: its ratios flatter ours."))
     return "\n".join(lines)
@@ -666,7 +667,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from benchmarks.workloads import FULL, GEMM, OURS, QUICK, WORKLOADS
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="small workloads, few repeats (<1 min)")
+    p.add_argument("--quick", action="store_true",
+                   help="small workloads, few repeats (about a minute, mostly compiling)")
     p.add_argument("--workloads", help=f"comma-separated subset of {', '.join(WORKLOADS)}")
     p.add_argument("--impls", help="comma-separated subset of implementation names")
     p.add_argument("--repeats", type=options.count,
@@ -746,7 +748,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     memory = not a.quick if a.memory is None else a.memory
     min_time = a.min_time or (0.1 if a.quick else 0.6)
     if (warmup := a.warmup) is None:
-        warmup = 0.0 if a.quick else 3.0  # --quick is the smoke path, in < 1 min
+        # --quick, the smoke path: MIN_WARMUP_STEPS a step, so no repeat runs cold
+        warmup = 0.1 if a.quick else 3.0
     env = environment()
     print(json.dumps(env), flush=True)
     if env.get("torch_threads", env["cpus_usable"]) != env["cpus_usable"]:

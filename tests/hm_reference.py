@@ -27,28 +27,32 @@ def cell_update(cell, p, x, rec, h_prev, c_prev, w2):
     return sigmoid(o) * np.tanh(c), c
 
 
-def dense_layer(cell, p, xs, k, block_start=False):
-    """Eq. 2-3 over one sequence ``xs`` (T, d): states ``(T, H)``. ``block_start``: x~ is
-    the state before the block followed by the block's states so far (eq. 5 on a layer
-    updating every s > 1 steps, its copies dropped)."""
+def dense_layer(cell, p, xs, k, block_start=False, h0=None, c0=None):
+    """Eq. 2-3 over one sequence ``xs`` (T, d) from the state ``h0`` (and LSTM cell ``c0``;
+    default zeros): states ``(T, H)`` and the final cell state. ``block_start``: x~ is the
+    state before the block followed by the block's states so far (eq. 5 on a layer updating
+    every s > 1 steps, its copies dropped)."""
     hidden = p["w_hh_1"].shape[0]
-    h, c, hs = np.zeros(hidden), np.zeros(hidden), []
+    h = h_start = np.zeros(hidden) if h0 is None else h0
+    c = np.zeros(hidden) if c0 is None else c0
+    hs = []
     for t in range(1, len(xs) + 1):
         m, n = divmod(t - 1, k)
         n += 1
         block = [hs[m * k + j - 1] for j in range(1, n)]
         if block_start:
-            rec = np.concatenate([hs[m * k - 1] if m else np.zeros(hidden), *block])
+            rec = np.concatenate([hs[m * k - 1] if m else h_start, *block])
         else:
             rec = h if n == 1 else np.concatenate(block)
         h, c = cell_update(cell, p, xs[t - 1], rec, h, c, p[f"w_hh_{n}"])
         hs.append(h)
-    return np.array(hs).reshape(len(xs), hidden)
+    return np.array(hs).reshape(len(xs), hidden), c
 
 
-def hm_stack(cell, layer_params, xs, depths, multiscale=True, dense=True):
-    """Eq. 4-6 literally over input time ``t = 1..T``; returns per-layer ``[(t, h)]`` of
-    updates and the final ``h`` of every layer.
+def hm_stack(cell, layer_params, xs, depths, multiscale=True, dense=True, h0=None, c0=None):
+    """Eq. 4-6 literally over input time ``t = 1..T`` from each layer's state ``h0[l]`` (and
+    LSTM cell ``c0[l]``; default zeros); returns per-layer ``[(t, h)]`` of updates and the
+    final ``h`` of every layer.
 
     Layer ``l`` updates at step ``t`` iff ``l = 1``, ``t ≡ 0 (mod k^(l-1))`` or ``t = T`` (the
     sequence's last token; always without ``multiscale``), and otherwise copies
@@ -61,8 +65,8 @@ def hm_stack(cell, layer_params, xs, depths, multiscale=True, dense=True):
     """
     num_layers = len(depths)
     hidden = layer_params[0]["w_hh_1"].shape[0]
-    h = [np.zeros(hidden) for _ in range(num_layers)]
-    c = [np.zeros(hidden) for _ in range(num_layers)]
+    h = [np.zeros(hidden) for _ in range(num_layers)] if h0 is None else list(h0)
+    c = [np.zeros(hidden) for _ in range(num_layers)] if c0 is None else list(c0)
     history = [[] for _ in range(num_layers)]  # per step t: (h_t, whether t was an update)
     updates = [[] for _ in range(num_layers)]
     for t in range(1, len(xs) + 1):

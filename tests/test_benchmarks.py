@@ -35,6 +35,7 @@ def test_quick_path_runs_a_tiny_workload(capsys):
     impls = {r["impl"]: r for r in res["rows"]}
     assert {"ours", "flax nn.RNN", "gemm xla"} <= set(impls)
     assert impls["ours"]["ours_x"] == 1.0 and impls["ours"]["rate"] > 0
+    assert impls["ours"]["warmup_steps"] >= run.MIN_WARMUP_STEPS  # no repeat runs cold
     out = capsys.readouterr().out
     assert "| tiny train" in out and "| ours vs flax nn.RNN (>= 1.3) |" in out
 
@@ -509,6 +510,9 @@ def test_targets_table_marks_what_meets_issue_5s_targets(monkeypatch):
     assert "PASSIVE" not in caption
     monkeypatch.setenv(run._SUITE_SET, "OMP_WAIT_POLICY")  # the suite set PyTorch's policy
     assert "flatter ours" in run.targets_markdown(results, False, isolated=False)
+    no_torch = [{**r, "rows": [x for x in r["rows"] if "torch" not in x["impl"]]}
+                for r in results]  # PyTorch not installed: nothing ran under the policy
+    assert "PASSIVE" not in run.targets_markdown(no_torch, False, isolated=False)
     monkeypatch.setenv(run._SUITE_SET, "")  # the user's own: nothing to say of it
     assert "flatter ours" not in run.targets_markdown(results, False, isolated=False)
     # no peer with a target (--impls ours): the GEMM column alone, under its own header

@@ -34,10 +34,41 @@ def test_dense_block_matches_reference(cell, k, block_start):
         params, x, jnp.asarray(LENGTHS))
     p64 = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
     for b, n in enumerate(LENGTHS):
-        want = ref.dense_layer(cell, p64, np.asarray(x[b, :n], np.float64), k, block_start)
+        want, _ = ref.dense_layer(cell, p64, np.asarray(x[b, :n], np.float64), k, block_start)
         np.testing.assert_allclose(ys[b, :n], want, atol=2e-5)
         np.testing.assert_array_equal(ys[b, n:], 0.0)
         np.testing.assert_allclose(cells.carry_output(carry)[b], want[-1], atol=2e-5)
+
+
+def random_carry(rng, cell, batch, hidden):
+    """A random float64 carry: ``(c, h)`` for an LSTM, else ``h``."""
+    c, h = rng.normal(size=(2, batch, hidden))
+    return (c, h) if cell == "lstm" else h
+
+
+@pytest.mark.parametrize(
+    "cell,k,block_start",
+    [("rnn", 4, False), ("gru", 3, False), ("lstm", 4, False), ("gru", 3, True),
+     ("lstm", 2, True), ("rnn", 3, True)])
+def test_dense_block_from_a_carry_matches_float64_reference(x64, cell, k, block_start):
+    """The XLA scan in float64 (the C++ kernel takes float32 only), from a random carry,
+    with a length-0 row (its carry passes through) and lengths that end inside a block."""
+    rng = np.random.default_rng(4)
+    x, lengths = rng.normal(size=(B, T, D)), np.array([11, 6, 0], np.int32)
+    layer = DenseRecurrent(cell, H, k, block_start, param_dtype=jnp.float64)
+    params = jax.tree.map(lambda a: rng.normal(size=a.shape) * 0.5,
+                          layer.init(jax.random.key(1), jnp.asarray(x))["params"])
+    carry = random_carry(rng, cell, B, H)
+    final, ys = layer.apply({"params": params}, jnp.asarray(x), carry, jnp.asarray(lengths))
+    h0, c0 = (carry[1], carry[0]) if cell == "lstm" else (carry, np.zeros((B, H)))
+    for b, n in enumerate(lengths):
+        want, c = ref.dense_layer(cell, params, x[b, :n], k, block_start, h0[b], c0[b])
+        np.testing.assert_allclose(ys[b, :n], want, rtol=1e-10, atol=1e-12)
+        np.testing.assert_array_equal(ys[b, n:], 0.0)
+        np.testing.assert_allclose(cells.carry_output(final)[b], want[-1] if n else h0[b],
+                                   rtol=1e-10, atol=1e-12)
+        if cell == "lstm":
+            np.testing.assert_allclose(final[0][b], c, rtol=1e-10, atol=1e-12)
 
 
 def test_weights_owned_by_position():

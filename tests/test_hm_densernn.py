@@ -52,6 +52,32 @@ def test_strided_stack_matches_literal_reference(cell, depths, multiscale, dense
         np.testing.assert_allclose(cells.carry_output(carries[-1])[b], h_final[-1], atol=2e-5)
 
 
+@pytest.mark.parametrize("cell,depths,multiscale,dense", [
+    ("gru", (2, 4, 8), True, True), ("lstm", (2, 4, 8), True, True), ("rnn", (3, 6), True, True),
+    ("lstm", (2, 4), False, True), ("gru", (2, 4, 8), True, False)])
+def test_stack_from_carries_matches_float64_reference(x64, cell, depths, multiscale, dense):
+    """Every layer from a random carry, in float64 (the XLA scans), against eq. 4-6; a
+    length-0 row keeps every carry."""
+    rng = np.random.default_rng(5)
+    x, lengths = rng.normal(size=(B, T, D)), np.array([21, 10, 0], np.int32)
+    stack = HMDenseStack(cell, H, depths, multiscale, dense, param_dtype=jnp.float64)
+    params = jax.tree.map(lambda a: rng.normal(size=a.shape) * 0.5,
+                          stack.init(jax.random.key(1), jnp.asarray(x))["params"])
+    c0, h0 = rng.normal(size=(2, len(depths), B, H))
+    carries = tuple((c, h) if cell == "lstm" else h for c, h in zip(c0, h0, strict=True))
+    finals, outs = stack.apply({"params": params}, jnp.asarray(x), carries, jnp.asarray(lengths))
+    layers = [params[f"layer_{i}"] for i in range(len(depths))]
+    for b, n in enumerate(lengths):
+        updates, h_final = ref.hm_stack(cell, layers, x[b, :n], depths, multiscale, dense,
+                                        h0[:, b], c0[:, b] if cell == "lstm" else None)
+        for i, final in enumerate(finals):
+            got = outs[i][b, : len(updates[i])]
+            want = np.array([h for _, h in updates[i]]).reshape(got.shape)
+            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+            np.testing.assert_allclose(cells.carry_output(final)[b], h_final[i], rtol=1e-10,
+                                       atol=1e-12)
+
+
 def test_short_sentences_reach_the_top_layer():
     """A sequence that ends inside a block still updates every layer at its last token,
     whatever padding follows it."""
@@ -79,8 +105,10 @@ def test_schedule_doubles_depth_and_strides():
         layer_schedule((4, 6))
 
 
-def _hornn_reference(p, xs, order):
-    past, out = [np.zeros(H)] * order, []  # h_{t-1}, ..., h_{t-N}
+def _hornn_reference(p, xs, order, carry=None):
+    """Eq. of the Gated HORNN over ``xs`` from ``carry = (h_{t-N}, ..., h_{t-1})``
+    (default zeros)."""
+    past, out = [np.zeros(H)] * order if carry is None else list(carry[::-1]), []
     for x in xs:
         a = x @ p["w_ih"] + p["b"]
         gated = [ref.sigmoid(a[n * H : (n + 1) * H] + past[n] @ p["w_gate"][n]) * past[n]
@@ -102,6 +130,24 @@ def test_gated_hornn_matches_reference(order, unroll):
         want = _hornn_reference(p64, np.asarray(x[b, :n], np.float64), order)
         np.testing.assert_allclose(ys[b, :n], want, atol=2e-5)
         np.testing.assert_allclose(cells.carry_output(carry)[b], want[-1], atol=2e-5)
+
+
+@pytest.mark.parametrize("order", [1, 2, 3])
+def test_gated_hornn_from_a_carry_matches_float64_reference(x64, order):
+    rng = np.random.default_rng(6)
+    x, lengths = rng.normal(size=(B, T, D)), np.array([21, 8, 0], np.int32)
+    layer = GatedHORNN(H, order, param_dtype=jnp.float64)
+    params = jax.tree.map(lambda a: rng.normal(size=a.shape) * 0.5,
+                          layer.init(jax.random.key(3), jnp.asarray(x))["params"])
+    carry = tuple(rng.normal(size=(order, B, H)))
+    final, ys = layer.apply({"params": params}, jnp.asarray(x), carry, jnp.asarray(lengths))
+    for b, n in enumerate(lengths):
+        start = [h[b] for h in carry]
+        want = _hornn_reference(params, x[b, :n], order, start)
+        np.testing.assert_allclose(ys[b, :n], want.reshape(n, H), rtol=1e-10, atol=1e-12)
+        past = (start + list(want))[-order:]  # the N latest states, latest last
+        for got, h in zip(final, past, strict=True):
+            np.testing.assert_allclose(got[b], h, rtol=1e-10, atol=1e-12)
 
 
 MODELS = ("rnn gru lstm hornn stacked_rnn stacked_gru stacked_lstm stacked_hornn densernn "
