@@ -186,15 +186,17 @@ def _np_lstm(p, xs, reverse):
     return np.stack(out)
 
 
-def _np_dc_bilstm(p, tokens):
-    """eq. 10-13, average pooling and the softmax layer on one unpadded sentence, float64."""
+def _np_dc_bilstm(p, tokens, pooled=False):
+    """eq. 10-13, average pooling and the softmax layer on one unpadded sentence, float64
+    (with ``pooled``, the pooled sentence vector instead)."""
     memory = [p["embed"]["embedding"][tokens]]  # M^{l-1} = [h^0; h^1; ...], h^0 = e
     for layer_id in range(4):  # 3 dense layers + the top Bi-LSTM
         layer = p["dense_bilstm"][f"layer_{layer_id}"]
         inp = np.concatenate(memory[::-1], -1)  # stack.dense_input's order of the same rows
         memory.append(np.concatenate([_np_lstm(layer["fwd"], inp, False),
                                       _np_lstm(layer["bwd"], inp, True)], -1))
-    return memory[-1].mean(0) @ p["softmax"]["kernel"] + p["softmax"]["bias"]
+    sentence = memory[-1].mean(0)
+    return sentence if pooled else sentence @ p["softmax"]["kernel"] + p["softmax"]["bias"]
 
 
 def test_model_against_numpy_reference():
@@ -208,6 +210,24 @@ def test_model_against_numpy_reference():
     p = jax.tree.map(lambda a: np.asarray(a, np.float64), params["params"])
     for row, n, got in zip(tokens, lengths, logits, strict=True):
         np.testing.assert_allclose(got, _np_dc_bilstm(p, row[:n]), rtol=1e-5, atol=1e-6)
+
+
+def test_model_against_float64_numpy_with_random_parameters(x64):
+    """The model in float64 (the XLA scans) with every parameter random, biases included:
+    the sown sentence vector to 1e-10, the logits (float32, as always) to their rounding."""
+    model = _small_model()
+    rng = np.random.default_rng(5)
+    tokens, lengths = rng.integers(0, 20, size=(3, 9)), np.array([5, 2, 9])
+    init = model.init(jax.random.key(3), jnp.asarray(tokens), jnp.asarray(lengths))
+    p = jax.tree.map(lambda a: rng.normal(size=a.shape) * 0.5, init["params"])
+    logits, state = model.apply({"params": p}, jnp.asarray(tokens), jnp.asarray(lengths),
+                                mutable=["intermediates"])
+    (sentences,) = state["intermediates"]["sentence"]
+    for row, n, got, sentence in zip(tokens, lengths, np.asarray(logits), sentences,
+                                     strict=True):
+        np.testing.assert_allclose(sentence, _np_dc_bilstm(p, row[:n], pooled=True),
+                                   rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(got, _np_dc_bilstm(p, row[:n]), rtol=1e-6, atol=1e-7)
 
 
 def test_each_dropout_rate_at_its_place():

@@ -92,6 +92,72 @@ def test_layers_from_a_given_carry_with_mask_and_lengths_match_numpy(x64, cell, 
             np.testing.assert_allclose(a, want, rtol=1e-10, atol=1e-12)
 
 
+def _recorded_apply(module, variables, *args, **kwargs):
+    """``module.apply``, recording every dropout's ``(input, output)`` and every recurrent
+    layer's recurrent mask argument, in call order."""
+    drops, rmasks = [], []
+
+    def record(next_fun, a, k, context):
+        out = next_fun(*a, **k)
+        if context.method_name == "__call__" and isinstance(context.module, nn.Dropout):
+            drops.append((np.asarray(a[0]), np.asarray(out)))
+        if context.method_name == "__call__" and isinstance(
+                context.module, (recurrent.Recurrent, recurrent.Bidirectional)):
+            rmasks.append(jax.tree.map(np.asarray, a[3]))
+        return out
+
+    with nn.intercept_methods(record):
+        return module.apply(variables, *args, **kwargs), drops, rmasks
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+@pytest.mark.parametrize("connectivity", ["dense", "stacked"])
+@pytest.mark.parametrize("bidirectional, variational", [(False, False), (True, True),
+                                                        (False, True)])
+def test_stack_in_training_matches_float64_numpy(x64, cell, connectivity, bidirectional,
+                                                 variational):
+    """Dropout on: each layer reads ``[h_{l-1}; ...; h_1; x]`` (dense) or ``h_{l-1}``, all after
+    dropout, and runs with the recurrent mask it drew (variational LSTM); each output's
+    mask is 0 or 1/keep, one per sequence and unit over time when variational."""
+    from dense_rnn.stack import RecurrentStack
+
+    rng = np.random.default_rng(7)
+    b, t, d, keep = 3, 6, 4, 0.6
+    lengths = np.array([6, 3, 1])
+    stack = RecurrentStack(cell, (4, 3, 5), connectivity, bidirectional, 1 - keep, variational,
+                           param_dtype=jnp.float64)
+    x = rng.normal(size=(b, t, d))
+    params = jax.tree.map(lambda a: rng.normal(size=a.shape) * 0.6,
+                          stack.init(jax.random.key(0), jnp.asarray(x))["params"])
+    (_, outs), drops, rmasks = _recorded_apply(
+        stack, {"params": params}, jnp.asarray(x), None, jnp.asarray(lengths), False,
+        rngs={"dropout": jax.random.key(5)})
+    assert len(drops) == len(rmasks) == 3
+    assert all((m is not None) == (variational and cell == "lstm") for m in rmasks)
+    features = [x]
+    for i, (n, (dropped_in, dropped_out), rmask) in enumerate(
+            zip((4, 3, 5), drops, rmasks, strict=True)):
+        inp = np.concatenate(features[::-1], -1) if connectivity == "dense" else features[-1]
+        zero = (np.zeros((b, n)),) * 2 if cell == "lstm" else np.zeros((b, n))
+        ways = [False, True] if bidirectional else [False]
+        names = ["fwd", "bwd"] if bidirectional else [None]
+        masks = rmask if bidirectional else (rmask,)
+        h = np.concatenate([np_scan(cell, params[f"layer_{i}"][k] if k else params[f"layer_{i}"],
+                                    inp, lengths, rev, zero,
+                                    np.ones((b, n)) if m is None else m)[0]
+                            for k, rev, m in zip(names, ways, masks or (None,) * 2,
+                                                 strict=False)], -1)
+        np.testing.assert_allclose(dropped_in, h, rtol=1e-10, atol=1e-12)
+        scale = np.divide(dropped_out, h, out=np.zeros_like(h), where=h != 0)
+        assert np.all(np.isclose(scale, 0) | np.isclose(scale, 1 / keep) | (h == 0))
+        if variational:  # one mask per sequence and unit: the same at every real step
+            real = np.arange(t)[None, :, None] < lengths[:, None, None]
+            first = scale[:, :1]
+            assert np.all(np.isclose(scale, first) | ~real | (h == 0))
+        np.testing.assert_allclose(outs[i + 1], dropped_out)
+        features.append(dropped_out)
+
+
 @pytest.mark.parametrize("cell", ["lstm", "gru", "rnn"])
 def test_bidirectional_padding_invariance(cell):
     """Outputs at real positions do not change with more padding or longer batch-mates."""
