@@ -20,7 +20,8 @@ Where a sequence ends inside a block of the layer below, the layers above also u
 once at its last token (``update_points``), reading the lower layer's last state: eq. 6
 read literally would drop the trailing partial block from every layer above, leave the top
 layer at its initial state for sentences shorter than ``k^(L-1)`` tokens, and make the
-sentence vector ignore up to ``k^(L-1) - 1`` final words.
+sentence vector ignore up to ``k^(L-1) - 1`` final words. ``final_update=False`` runs eq. 6
+as printed, for comparison: the layers above update at the block ends below them only.
 
 Ablations (Table 3): ``multiscale=False`` updates every layer at every step (dense depth
 ``k^(l)`` on the full sequence); ``dense=False`` replaces every dense block by the plain
@@ -83,18 +84,22 @@ def layer_schedule(
     return out
 
 
-def update_points(x: Array, lengths: Array | None, sub: int) -> tuple[Array, Array | None]:
+def update_points(x: Array, lengths: Array | None, sub: int, final_update: bool = True
+                  ) -> tuple[Array, Array | None]:
     """The states of ``x (B, T, d)`` at which the layer above updates: every ``sub``-th
-    step (the block ends) and, where a sequence ends inside a block, its last real step.
-    ``lengths``: ``(B,)`` real lengths, clamped to the padded length ``T``.
+    step (the block ends) and, with ``final_update``, where a sequence ends inside a block,
+    its last real step. ``lengths``: ``(B,)`` real lengths, clamped to the padded length ``T``.
 
-    Returns ``(x_sub (B, ceil(T / sub), d), lengths_sub = ceil(lengths / sub))``.
+    Returns ``(x_sub (B, ceil(T / sub), d), lengths_sub = ceil(lengths / sub))``; without
+    ``final_update``, the block ends alone: ``(x_sub (B, T // sub, d), lengths // sub)``.
     """
     t = x.shape[1]
     if lengths is not None:
         lengths = clamp_lengths(lengths, t)
     if sub == 1:
         return x, lengths
+    if not final_update:
+        return x[:, sub - 1::sub], None if lengths is None else lengths // sub
     ends = jnp.arange(-(-t // sub)) * sub + sub - 1
     last = jnp.full((x.shape[0],), t - 1) if lengths is None else jnp.maximum(lengths - 1, 0)
     idx = jnp.minimum(ends[None, :], last[:, None])
@@ -113,6 +118,8 @@ class HMDenseStack(nn.Module):
       features: hidden size of every layer.
       depths: the dense depths ``k^(l)`` in input steps, one per layer.
       multiscale / dense: the Table 3 ablations (module docstring).
+      final_update: the layers above also update at a sequence's last token (default);
+        ``False``: eq. 6 as printed (module docstring).
       kernel_init / recurrent_init / bias_init, param_dtype: every layer's
         (``DenseRecurrent``; None: ``pytorch_uniform(features)``).
     """
@@ -122,6 +129,7 @@ class HMDenseStack(nn.Module):
     depths: Sequence[int]
     multiscale: bool = True
     dense: bool = True
+    final_update: bool = True
     kernel_init: Initializer | None = None
     recurrent_init: Initializer | None = None
     bias_init: Initializer | None = None
@@ -150,7 +158,7 @@ class HMDenseStack(nn.Module):
         outputs, finals = [], []
         plans = layer_schedule(self.depths, self.multiscale, self.dense)
         for i, (plan, carry) in enumerate(zip(plans, carries, strict=True)):
-            x, lengths = update_points(x, lengths, plan.subsample)
+            x, lengths = update_points(x, lengths, plan.subsample, self.final_update)
             carry, x = DenseRecurrent(
                 self.cell, self.features, plan.own_depth, plan.block_start,
                 kernel_init=self.kernel_init, recurrent_init=self.recurrent_init,

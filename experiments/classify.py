@@ -77,11 +77,12 @@ FLAGS = flags.FLAGS
 
 
 def _define_model_arg_flags() -> list[str]:
-    """``--<arg>`` for every model argument of every known config (first type seen wins); a
-    tuple of ints is a list flag (``--depths=2,4,8``)."""
+    """``--<arg>`` for every model argument of every known config and its family's
+    ``OPTIONAL_MODEL_ARGS`` (first type seen wins); a tuple of ints is a list flag
+    (``--depths=2,4,8``)."""
     names: list[str] = []
-    for config, _ in all_configs().values():
-        for k, v in config.model_args.items():
+    for config, family in all_configs().values():
+        for k, v in {**config.model_args, **_optional_args(family)}.items():
             if k in names or k in FLAGS:
                 continue
             if type(v) in DEFINE_BY_TYPE:
@@ -92,6 +93,11 @@ def _define_model_arg_flags() -> list[str]:
                                   "(comma-separated integers).")
                 names.append(k)
     return names
+
+
+def _optional_args(family: ModuleType) -> dict[str, Any]:
+    """The model arguments a config of ``family`` does not set but a run may."""
+    return getattr(family, "OPTIONAL_MODEL_ARGS", {})
 
 
 def _model_arg(name: str) -> Any:
@@ -121,7 +127,7 @@ def resolve_config() -> tuple[ClassifierConfig, ModuleType]:
     config, family = get_config(FLAGS.config)
     config = apply_overrides(config, OVERRIDES, FLAGS)
     given = {n: _model_arg(n) for n in MODEL_ARG_FLAGS if FLAGS[n].present}
-    unknown = sorted(set(given) - set(config.model_args))
+    unknown = sorted(set(given) - set(config.model_args) - set(_optional_args(family)))
     if unknown:
         raise UserError(f"config {config.name} has no model argument "
                         f"{', '.join(unknown)}; its arguments: {', '.join(config.model_args)}")

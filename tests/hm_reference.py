@@ -49,13 +49,15 @@ def dense_layer(cell, p, xs, k, block_start=False, h0=None, c0=None):
     return np.array(hs).reshape(len(xs), hidden), c
 
 
-def hm_stack(cell, layer_params, xs, depths, multiscale=True, dense=True, h0=None, c0=None):
+def hm_stack(cell, layer_params, xs, depths, multiscale=True, dense=True, h0=None, c0=None,
+             final_update=True):
     """Eq. 4-6 literally over input time ``t = 1..T`` from each layer's state ``h0[l]`` (and
     LSTM cell ``c0[l]``; default zeros); returns per-layer ``[(t, h)]`` of updates and the
     final ``h`` of every layer.
 
-    Layer ``l`` updates at step ``t`` iff ``l = 1``, ``t ≡ 0 (mod k^(l-1))`` or ``t = T`` (the
-    sequence's last token; always without ``multiscale``), and otherwise copies
+    Layer ``l`` updates at step ``t`` iff ``l = 1``, ``t ≡ 0 (mod k^(l-1))`` or, with
+    ``final_update``, ``t = T`` (the sequence's last token; always without ``multiscale``),
+    and otherwise copies
     ``h^l_{t-1}`` (eq. 6). At ``t = mk + n`` (``k = k^(l)``), ``x~_t`` is ``h^l_{t-1}`` if
     ``n = 1``, else ``[h_{mk+1}, ..., h_{mk+n-1}]`` (eq. 5) with each copy of a state in it
     dropped (the block's first step is kept: it holds the previous block's state). The
@@ -76,7 +78,7 @@ def hm_stack(cell, layer_params, xs, depths, multiscale=True, dense=True, h0=Non
             m, n = divmod(t - 1, k)
             n += 1
             every_step = li == 0 or not multiscale or depths[li - 1] == 1
-            if not every_step and t % depths[li - 1] and t != len(xs):
+            if not every_step and t % depths[li - 1] and (t != len(xs) or not final_update):
                 history[li].append((h[li], False))  # eq. 6, otherwise-branch: copy
                 continue
             block = [(s, history[li][s - 1]) for s in range(m * k + 1, t)]

@@ -52,15 +52,19 @@ def test_strided_stack_matches_literal_reference(cell, depths, multiscale, dense
         np.testing.assert_allclose(cells.carry_output(carries[-1])[b], h_final[-1], atol=2e-5)
 
 
-@pytest.mark.parametrize("cell,depths,multiscale,dense", [
-    ("gru", (2, 4, 8), True, True), ("lstm", (2, 4, 8), True, True), ("rnn", (3, 6), True, True),
-    ("lstm", (2, 4), False, True), ("gru", (2, 4, 8), True, False)])
-def test_stack_from_carries_matches_float64_reference(x64, cell, depths, multiscale, dense):
-    """Every layer from a random carry, in float64 (the XLA scans), against eq. 4-6; a
-    length-0 row keeps every carry."""
+@pytest.mark.parametrize("cell,depths,multiscale,dense,final_update", [
+    ("gru", (2, 4, 8), True, True, True), ("lstm", (2, 4, 8), True, True, True),
+    ("rnn", (3, 6), True, True, True), ("lstm", (2, 4), False, True, True),
+    ("gru", (2, 4, 8), True, False, True),
+    ("gru", (2, 4, 8), True, True, False), ("lstm", (3, 6), True, True, False)])
+def test_stack_from_carries_matches_float64_reference(x64, cell, depths, multiscale, dense,
+                                                      final_update):
+    """Every layer from a random carry, in float64 (the XLA scans), against eq. 4-6, with
+    and without the update at the last token; a length-0 row keeps every carry."""
     rng = np.random.default_rng(5)
     x, lengths = rng.normal(size=(B, T, D)), np.array([21, 10, 0], np.int32)
-    stack = HMDenseStack(cell, H, depths, multiscale, dense, param_dtype=jnp.float64)
+    stack = HMDenseStack(cell, H, depths, multiscale, dense, final_update,
+                         param_dtype=jnp.float64)
     params = jax.tree.map(lambda a: rng.normal(size=a.shape) * 0.5,
                           stack.init(jax.random.key(1), jnp.asarray(x))["params"])
     c0, h0 = rng.normal(size=(2, len(depths), B, H))
@@ -69,7 +73,8 @@ def test_stack_from_carries_matches_float64_reference(x64, cell, depths, multisc
     layers = [params[f"layer_{i}"] for i in range(len(depths))]
     for b, n in enumerate(lengths):
         updates, h_final = ref.hm_stack(cell, layers, x[b, :n], depths, multiscale, dense,
-                                        h0[:, b], c0[:, b] if cell == "lstm" else None)
+                                        h0[:, b], c0[:, b] if cell == "lstm" else None,
+                                        final_update)
         for i, final in enumerate(finals):
             got = outs[i][b, : len(updates[i])]
             want = np.array([h for _, h in updates[i]]).reshape(got.shape)
@@ -91,6 +96,12 @@ def test_short_sentences_reach_the_top_layer():
     np.testing.assert_allclose(top, short, atol=1e-6)
     assert np.all(np.abs(np.asarray(top)) > 0) and not np.allclose(top[0], top[1])
     assert not np.allclose(top, apply(params, x))  # the padding would change it
+    literal = HMDenseStack("gru", H, (2, 4, 8), final_update=False)  # eq. 6 as printed
+    carries = jax.jit(lambda p, x, n=None: literal.apply(p, x, lengths=n)[0])
+    for got in (carries(params, x[:, :3]), carries(params, x, jnp.array([3, 3]))):
+        np.testing.assert_array_equal(got[-1], 0.0)  # the top layer never updates
+        np.testing.assert_allclose(got[1], carries(params, x[:, :2])[1], atol=1e-6)  # at
+        # step 2 only: the second layer's state is that of the first two tokens
 
 
 def test_schedule_doubles_depth_and_strides():
@@ -348,7 +359,8 @@ def test_multilayer_classifier_matches_numpy(net, cell):
 
 @pytest.mark.parametrize(("net", "args"), [("hornn", {"cell": "lstm"}),
                                            ("stacked", {"depths": (2, 4)}),
-                                           ("hm", {"layers": 3}), ("hm", {"hornn_order": 3})])
+                                           ("hm", {"layers": 3}), ("hm", {"hornn_order": 3}),
+                                           ("stacked", {"final_update": False})])
 def test_an_attribute_another_net_reads_is_an_error(net, args):
     model = CLASSIFIERS["hm_text_classifier"](vocab_size=20, num_classes=3, embed_size=D,
                                               net=net, features=H, **args)

@@ -349,6 +349,9 @@ def test_dry_run():
     out = _classify("--config=hm_densegru_64", "--dataset=sst5", "--depths=2,4",
                     "--dry_run").stdout
     assert "'depths': (2, 4)}" in out  # a tuple argument, as a list flag
+    out = _classify("--config=hm_densegru_64", "--dataset=sst5", "--final_update=false",
+                    "--dry_run").stdout
+    assert "'final_update': False}" in out  # an argument no paper row sets (eq. 6 as printed)
 
 
 def test_dataset_flag_help_names_every_dataset():

@@ -88,6 +88,10 @@ TABLE3_CONFIGS = {"gru_128": 46.4, "stacked_gru_128": 45.6, "hm_densegru_64": 46
                                                                 "no_dense_block")}}
 
 
+# Model arguments no paper row sets, which a run may add (their defaults): the HM nets'
+# final_update=False runs eq. 6 as printed (dense_rnn/hm_stack.py).
+OPTIONAL_MODEL_ARGS = {"final_update": True}
+
 TABLE2_COLUMN = {"imdb": 1, "sst5": 2, "ag": 3}
 
 

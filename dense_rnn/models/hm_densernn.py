@@ -30,8 +30,8 @@ from dense_rnn.stack import RecurrentStack
 Array = jax.Array
 NETS = ("stacked", "hornn", "hm")
 # The attributes each net does not read.
-UNUSED = {"stacked": ("depths", "multiscale", "dense", "hornn_order"),
-          "hornn": ("cell", "depths", "multiscale", "dense"),
+UNUSED = {"stacked": ("depths", "multiscale", "dense", "final_update", "hornn_order"),
+          "hornn": ("cell", "depths", "multiscale", "dense", "final_update"),
           "hm": ("layers", "hornn_order")}
 
 
@@ -49,6 +49,8 @@ class HMTextClassifier(nn.Module):
       layers: number of layers; ``stacked`` and ``hornn`` only (``hm`` has ``len(depths)``).
       depths: dense depths ``k^(l)`` of the layers, each dividing the next; ``hm`` only.
       multiscale, dense: ``hm`` only; ``False`` gives the Table 3 ablations.
+      final_update: ``hm`` only; ``False``: eq. 6 as printed, no update of the layers above
+        at a sentence's last token (``dense_rnn.hm_stack``).
       hornn_order: order of the Gated HORNN; ``hornn`` only.
 
     An attribute that does not apply to ``net``, set away from its default, is an error.
@@ -67,6 +69,7 @@ class HMTextClassifier(nn.Module):
     depths: Sequence[int] = (4,)
     multiscale: bool = True
     dense: bool = True
+    final_update: bool = True
     hornn_order: int = 2
 
     def _recurrent_net(self, x: Array, lengths: Array | None) -> Array:
@@ -86,7 +89,7 @@ class HMTextClassifier(nn.Module):
         if self.net == "hm":
             carries, _ = HMDenseStack(
                 self.cell, self.features, tuple(self.depths), self.multiscale, self.dense,
-                name="hm",
+                self.final_update, name="hm",
             )(x, lengths=lengths)
             return cells.carry_output(carries[-1])
         raise ValueError(f"unknown net {self.net!r}; use one of {NETS}")
