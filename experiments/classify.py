@@ -141,14 +141,14 @@ def resolve_config() -> tuple[ClassifierConfig, ModuleType]:
             raise UserError(f"--embed_size={FLAGS.embed_size}, but the vectors of "
                             f"--embeddings={FLAGS.embeddings} have {dim} dimensions; drop "
                             "--embed_size (it follows the file)")
-        if dim != config.embed_size and not FLAGS["embed_size"].present:
-            sized = dataclasses.replace(config, embed_size=dim)
+        sized = dataclasses.replace(config, embed_size=dim)
+        if dim != config.embed_size:  # a given --embed_size matches the file (above)
             print(f"note: the vectors of --embeddings have {dim} dimensions, config "
                   f"{config.name}'s embed_size is {config.embed_size}: this model reads {dim}-d "
                   f"words and has {family.paper_param_count(sized):,} parameters in the "
                   f"paper's count, against {family.paper_param_count(config):,} at "
                   f"{config.embed_size}", file=sys.stderr)
-        config = dataclasses.replace(config, embed_size=dim)
+        config = sized
     from dense_rnn import precision
     from dense_rnn.train import classify  # after the checks above: keeps their errors fast
 
