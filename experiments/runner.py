@@ -304,11 +304,22 @@ def _ended(root: str, name: str, returncode: int, log_from: int, verb: str) -> s
     log = os.path.join(root, name, "train.log")
     said = _last_line(log, log_from)
     kept = _restore_previous(os.path.join(root, name))
-    # exit 0 with no summary: the run did not train (--dry_run or --mode in --extra, say)
-    status = f"exit {returncode}" if returncode else "exit 0 without a summary.json"
+    status = _status(returncode)
     _log(f"{verb} {name} ({status}{f': {said}' if said else ''}; its log: {log})"
          + ("; its previous results are kept" if kept else ""))
     return status
+
+
+def _status(returncode: int) -> str:
+    """How a run that did not finish exited: ``exit N``, ``killed by SIGNAL`` (Popen's
+    negative return code; a second Ctrl-C, say) or ``exit 0 without a summary.json`` (the
+    run did not train: ``--dry_run`` or ``--mode`` in ``--extra``, say)."""
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit {returncode}" if returncode else "exit 0 without a summary.json"
 
 
 def _size(path: str) -> int:

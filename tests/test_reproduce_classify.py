@@ -579,6 +579,6 @@ def test_a_second_interrupt_stops_the_runs_at_once(tmp_path):
     returncode, out, err = interrupted_driver(tmp_path, [signal.SIGINT, signal.SIGINT],
                                               "--stuck")
     assert returncode == 130 and err.strip() == "interrupted", err
-    assert "stopped a (exit -2: KeyboardInterrupt; its log:" in out
-    assert "stopped b (exit -2: KeyboardInterrupt; its log:" in out
+    assert "stopped a (killed by SIGINT: KeyboardInterrupt; its log:" in out
+    assert "stopped b (killed by SIGINT: KeyboardInterrupt; its log:" in out
 
