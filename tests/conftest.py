@@ -1,6 +1,7 @@
 """Shared test settings: the data directory, the compilation caches and float64 NumPy
 references."""
 
+import gc
 import itertools
 import os
 import shutil
@@ -28,6 +29,14 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
+    """Removes the caches. An xdist worker also freezes its heap first: pytest's last check
+    for unraisable exceptions then runs ``gc.collect()`` five times, each through JAX's gc
+    callback over every object the worker's tests left alive (seconds, after hundreds of
+    tests), and a worker still busy 5 s after the controller asked it to exit is sent
+    SIGINT by execnet, which then surfaces as a ``PytestUnraisableExceptionWarning`` from
+    ``_xla_gc_callback``."""
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        gc.freeze()
     os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
     shutil.rmtree(config.compilation_cache_dir, ignore_errors=True)
     if config.made_blas_cache:
