@@ -102,6 +102,17 @@ def test_imdb_damaged_mid_archive(tmp_path):
         hm_datasets.read_imdb_tar(str(path))
 
 
+def test_imdb_review_not_utf8_is_named(tmp_path):
+    path = tmp_path / "a.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        info = tarfile.TarInfo("aclImdb/test/pos/2_8.txt")
+        info.size = 7
+        tar.addfile(info, io.BytesIO(b"caf\xe9 ok"))
+    with pytest.raises(UserError, match=r"a.tar.gz: review aclImdb/test/pos/2_8.txt is not "
+                                        r"UTF-8 text \(byte 3\)"):
+        hm_datasets.read_imdb_tar(str(path))
+
+
 def test_imdb_missing_or_corrupt(tmp_path):
     with pytest.raises(UserError, match="does not exist"):
         hm_datasets.load_imdb(str(tmp_path))

@@ -63,7 +63,10 @@ def test_missing(tmp_path):
         ptb.load_ptb(str(tmp_path / "file"))
     d = write_ptb(tmp_path)
     (tmp_path / "ptb.test.txt").unlink()
-    with pytest.raises(UserError, match="missing PTB file"):
+    with pytest.raises(UserError, match="ptb.test.txt does not exist; pass --data_dir"):
+        ptb.load_ptb(d)
+    (tmp_path / "ptb.test.txt").mkdir()
+    with pytest.raises(UserError, match="ptb.test.txt is a directory, not a file; pass"):
         ptb.load_ptb(d)
 
 

@@ -103,7 +103,7 @@ def test_a_failed_run_is_reported_with_its_error(tmp_path):
     empty.mkdir()
     r = reproduce(f"--root={tmp_path}", "--configs=tiny", f"--data_dir={empty}")
     log = tmp_path / "tiny" / "train.log"
-    assert (f"failed tiny (exit 2: error: missing PTB file {empty}/ptb.train.txt; pass "
+    assert (f"failed tiny (exit 2: error: PTB file {empty}/ptb.train.txt does not exist; pass "
             f"--data_dir=DIR holding ptb.train.txt, ptb.valid.txt and ptb.test.txt "
             f"({ptb.WHERE}); its log: {log})") in r.stdout
     one_line_error(r, "1 run(s) did not finish: tiny (exit 2)")

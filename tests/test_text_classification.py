@@ -270,8 +270,25 @@ def test_glove_refuses_non_glove_files_and_non_finite_values(tmp_path):
     with pytest.raises(UserError, match=r"g.txt:2: the vector of 'film' is not numbers"):
         load_glove(str(tmp_path / "g.txt"), {"film"})
     (tmp_path / "tabs.txt").write_text("the\t0.1\t0.2\n")
-    with pytest.raises(UserError, match="tabs.txt has no vector lines .*not space-separated"):
+    with pytest.raises(UserError, match=r"tabs.txt:1 is not a GloVe line .*single spaces"):
         load_glove(str(tmp_path / "tabs.txt"))
+    (tmp_path / "blank.txt").write_text("\n\n")
+    with pytest.raises(UserError, match="blank.txt has no vector lines .*empty or blank"):
+        load_glove(str(tmp_path / "blank.txt"))
+
+
+def test_glove_refuses_a_row_without_values_or_with_an_empty_field(tmp_path):
+    """A word alone, or two spaces after it, would otherwise lose that word's vector (the
+    second stored it under "film ")."""
+    for rows, error in (("the 0.1 0.2\nfilm\n", ":2: 0 values where the first line has 2"),
+                        ("the 0.1 0.2\nfilm  1 2\n", ":2: an empty field .*'film  1 2"),
+                        ("the 0.1 0.2\n film 1 2\n", ":2: an empty field"),
+                        ("the 0.1 0.2\nfilm 1  2\n", ":2: an empty field")):
+        (tmp_path / "g.txt").write_text(rows)
+        with pytest.raises(UserError, match=error):
+            load_glove(str(tmp_path / "g.txt"), {"the"})
+    (tmp_path / "g.txt").write_text("the 0.1 0.2  \nfilm 1 2\n")  # trailing spaces: fine
+    assert set(load_glove(str(tmp_path / "g.txt"))[1]) == {"the", "film"}
 
 
 def _toy_splits():

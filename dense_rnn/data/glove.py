@@ -14,8 +14,8 @@ from dense_rnn.files import not_a
 
 
 def _vector_lines(path: str) -> Iterator[tuple[int, list[str]]]:
-    """``(line number, fields)`` of every vector line; a word2vec-style header line
-    ``COUNT DIM`` and blank lines are skipped. Unreadable files end in a ``UserError``."""
+    """``(line number, fields)`` of every non-blank line but a word2vec-style header line
+    ``COUNT DIM``. Unreadable files, and lines with empty fields, end in a ``UserError``."""
     if not os.path.isfile(path):
         raise UserError(f"embeddings file {path} {not_a(path)}; pass --embeddings=PATH to a GloVe "
                         ".txt or .txt.gz file, or none for random embeddings (the table "
@@ -26,7 +26,11 @@ def _vector_lines(path: str) -> Iterator[tuple[int, list[str]]]:
             for n, line in enumerate(f, 1):
                 fields = line.rstrip("\n").rstrip(" ").split(" ")
                 header = n == 1 and len(fields) == 2 and all(x.isdigit() for x in fields)
-                if len(fields) >= 2 and not header:
+                if "" in fields and fields != [""]:
+                    raise UserError(f"{path}:{n}: an empty field (two spaces in a row, or a "
+                                    f"leading space): {line[:40]!r}; fields must be "
+                                    "separated by single spaces")
+                if fields != [""] and not header:
                     yield n, fields
     except (UnicodeDecodeError, OSError, EOFError, ValueError, zlib.error) as e:
         raise UserError(f"cannot read embeddings {path} ({type(e).__name__}: {e}); "
@@ -43,15 +47,16 @@ def _is_number(field: str) -> bool:
 
 def _empty(path: str) -> UserError:
     return UserError(f"embeddings file {path} has no vector lines 'word v_1 ... v_d' "
-                     "(empty, or not space-separated); pass a GloVe .txt or .txt.gz file")
+                     "(it is empty or blank); pass a GloVe .txt or .txt.gz file")
 
 
 def _first_line_dim(path: str, n: int, fields: list[str]) -> int:
     """The dimension of the first vector line ``fields`` (line ``n``), which must be a word
     and numbers."""
-    if not all(_is_number(x) for x in fields[1:]):
+    if len(fields) < 2 or not all(_is_number(x) for x in fields[1:]):
         raise UserError(f"{path}:{n} is not a GloVe line ({' '.join(fields)[:40]!r}); pass "
-                        "--embeddings=PATH to a GloVe file: lines 'word v_1 ... v_d' of numbers")
+                        "--embeddings=PATH to a GloVe file: lines 'word v_1 ... v_d' of "
+                        "numbers, separated by single spaces")
     return len(fields) - 1
 
 
@@ -68,9 +73,11 @@ def load_glove(
 ) -> tuple[int, dict[str, np.ndarray]]:
     """``(dim, {word: float32 vector})`` for ``words`` (all words if None) found in the file.
 
-    Lines are ``word v_1 ... v_d`` of finite numbers; the dimension is taken from the first
-    line, and the last ``d`` fields are the vector (a few GloVe releases have spaces inside
-    words). A word2vec-style header line ``COUNT DIM`` is skipped.
+    Lines are ``word v_1 ... v_d``, separated by single spaces; the dimension is taken from
+    the first line, and the last ``d`` fields are the vector (a few GloVe releases have
+    spaces inside words). Every line must have ``d`` values; those of the words returned
+    must be finite numbers (the others are not parsed). A word2vec-style header line
+    ``COUNT DIM`` is skipped.
     """
     wanted = None if words is None else set(words)
     vectors: dict[str, np.ndarray] = {}

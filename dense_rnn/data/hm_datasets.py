@@ -51,7 +51,12 @@ def read_imdb_tar(path: str) -> dict[str, tuple[list[str], list[int]]]:
             for member in tar:
                 match = _IMDB_MEMBER.match(member.name)
                 if match and member.isfile():
-                    text = tar.extractfile(member).read().decode("utf-8")
+                    try:
+                        text = tar.extractfile(member).read().decode("utf-8")
+                    except UnicodeDecodeError as e:
+                        raise UserError(f"{path}: review {member.name} is not UTF-8 text "
+                                        f"(byte {e.start}); restore the original "
+                                        "archive") from None
                     out[match[1]][0].append(text.replace("<br />", " "))
                     out[match[1]][1].append(int(match[2] == "pos"))
             # tarfile takes a damaged header for the end of the archive: reading the

@@ -45,7 +45,7 @@ WHERE = "the data/ folder of Mikolov's simple-examples.tgz; BUILD.md, \"Data\""
 
 def _check_text_file(path: str) -> None:
     if not os.path.isfile(path):
-        raise UserError(f"missing PTB file {path}; pass --data_dir=DIR holding "
+        raise UserError(f"PTB file {path} {not_a(path)}; pass --data_dir=DIR holding "
                         f"ptb.train.txt, ptb.valid.txt and ptb.test.txt ({WHERE})")
     if os.path.getsize(path) == 0:
         raise UserError(f"PTB file {path} is empty; restore it from the PTB distribution")
