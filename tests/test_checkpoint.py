@@ -46,6 +46,29 @@ def test_a_corrected_paper_number_leaves_the_run_resumable(tmp_path):
                                 descriptive=("paper_test_ppl",))
 
 
+def test_an_identity_without_a_complete_checkpoint_binds_nothing(tmp_path):
+    """A run killed inside its first save (its identity written, no checkpoint committed)
+    leaves the workdir free for any config; the next save writes that config's identity."""
+    first = checkpoint.Checkpointer(str(tmp_path), {"hidden_size": 16})
+    first._write_identity()  # then killed before orbax committed the save
+    first.close()
+    assert checkpoint.read_identity(str(tmp_path)) == {"hidden_size": 16}
+    other = checkpoint.Checkpointer(str(tmp_path), {"hidden_size": 32})
+    other.save(1, {"w": np.zeros(3, np.float32)}, {"epoch": 1})
+    other.close()
+    assert checkpoint.read_identity(str(tmp_path)) == {"hidden_size": 32}
+    with pytest.raises(UserError, match=r"another config \(hidden_size: 32 -> 16\)"):
+        checkpoint.Checkpointer(str(tmp_path), {"hidden_size": 16})
+
+
+def test_data_digests_tell_order_and_split_apart():
+    a, b = np.arange(4), np.arange(4, 6)
+    digest = checkpoint.data_digests({"train": [a, b]})["train"]
+    assert digest == checkpoint.data_digests({"train": [a.astype(np.int32), b]})["train"]
+    for other in ([b, a], [np.arange(6)], [a, b, np.arange(0)], [a, b[::-1]]):
+        assert checkpoint.data_digests({"train": other})["train"] != digest
+
+
 def test_one_run_at_a_time_trains_in_a_workdir(tmp_path):
     """A second training run on a locked workdir is refused, naming the first's process;
     inference reads it meanwhile, and closing (or the process's end) frees it."""

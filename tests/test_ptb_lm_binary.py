@@ -396,6 +396,24 @@ def test_other_config_and_nan_keep_the_checkpoint(corpus_dir, tmp_path):
     assert_bitwise_equal(before, after)
 
 
+def test_resume_on_other_data_of_the_same_vocabulary_refused(corpus_dir, tmp_path):
+    """A corpus with the same words and training length but other text (here: the
+    validation lines reversed) is refused on resume, naming the split; the run's corpus
+    resumes."""
+    import shutil
+
+    workdir = str(tmp_path / "w")
+    lm.train_and_evaluate(tiny(max_steps=40), corpus_dir, workdir, log=lambda s: None)
+    other = tmp_path / "other"
+    shutil.copytree(corpus_dir, other)
+    lines = (other / "ptb.valid.txt").read_text().splitlines()
+    (other / "ptb.valid.txt").write_text("\n".join(lines[::-1]) + "\n")
+    with pytest.raises(UserError, match=r"w was trained on other data \(its data_fingerprint"
+                       r".json differs in the valid split\(s\)\); pass the run's --data_dir"):
+        lm.train_and_evaluate(tiny(max_steps=80), str(other), workdir, log=lambda s: None)
+    lm.train_and_evaluate(tiny(max_steps=80), corpus_dir, workdir, log=lambda s: None)
+
+
 def test_an_infinite_validation_perplexity_stops_the_run(corpus_dir, tmp_path, monkeypatch):
     """A loss finite but too large for exp() (walked off to 1e11) is a diverged run too:
     no summary with an infinite perplexity, no best checkpoint of it."""

@@ -19,6 +19,7 @@ import pytest
 from dense_rnn.data import text_classification as tc
 from dense_rnn.data.glove import glove_dim, load_glove
 from dense_rnn.errors import UserError
+from dense_rnn.train import checkpoint
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.environ.get("DENSE_RNN_DATA_DIR", os.path.join(REPO, "..", "shared", "data"))
@@ -844,6 +845,51 @@ def test_resume_on_another_training_split_refused(tmp_path):
                        r"epoch, this one gives 9\)"):
         _tiny_run(tmp_path / "b", tmp_path / "w")
     _tiny_run(tmp_path / "a", tmp_path / "w")
+
+
+def test_resume_on_other_data_of_the_same_words_and_length_refused(tmp_path):
+    """The training sentences in another order, or another test split, with the same words
+    and lengths (vocabulary and steps per epoch fit) are refused on resume: the run's data
+    digests differ. The original data resumes."""
+    _synthetic_trec(tmp_path / "a", n_train=40, n_test=8)
+    _tiny_run(tmp_path / "a", tmp_path / "w")
+    digests = (tmp_path / "w" / checkpoint.DATA_FILE).read_text()
+    # TREC's dev split is a fixed tenth of its training file: it changes with it
+    for changed, split in (("train_5500.label", "dev, train"), ("TREC_10.label", "test")):
+        for name in ("train_5500.label", "TREC_10.label"):
+            lines = (tmp_path / "a" / "trec" / name).read_text(encoding="latin-1").splitlines()
+            _write(f"{tmp_path}/b/trec/{name}",
+                   "\n".join(lines[::-1] if name == changed else lines).encode("latin-1"))
+        with pytest.raises(UserError, match=rf"w was trained on other data \(its "
+                           rf"{checkpoint.DATA_FILE} differs in the {split} split\(s\)\); "
+                           r"pass the run's data"):
+            _tiny_run(tmp_path / "b", tmp_path / "w")
+        assert (tmp_path / "w" / checkpoint.DATA_FILE).read_text() == digests
+    _tiny_run(tmp_path / "a", tmp_path / "w")
+
+
+def test_unreadable_best_parameters_of_a_finished_run_are_saved_anew(tmp_path, capsys):
+    """A finished classifier run whose best checkpoint is cut short: its training command
+    rerun sets it aside and saves the latest parameters as the best, as the error of
+    ``--mode=predict`` says; prediction then works."""
+    from dense_rnn.train import classify_infer
+
+    _synthetic_trec(tmp_path, n_train=40, n_test=8)
+    _tiny_run(tmp_path, tmp_path / "w")
+    for f in (tmp_path / "w" / "best").rglob("*"):
+        if f.is_file() and f.parent.name == "d":
+            f.write_bytes(f.read_bytes()[:10])
+    with pytest.raises(UserError, match="best checkpoint .* cannot be read .* rerun on this"):
+        classify_infer.load(str(tmp_path / "w"))
+    lines = []
+    _tiny_run(tmp_path, tmp_path / "w", log=lines.append)
+    assert "best checkpoint" in capsys.readouterr().err
+    assert any(d.startswith("best.") for d in os.listdir(tmp_path / "w" / "unreadable_checkpoints"))
+    assert any("no best checkpoint is left: the latest parameters stand" in x for x in lines)
+    summary = json.loads((tmp_path / "w" / "summary.json").read_text())
+    assert summary["best_dev_epoch"] == 1 and summary["dev_accuracy"] >= 0
+    trained = classify_infer.load(str(tmp_path / "w"))
+    assert len(classify_infer.predict(trained, ["w1 w2"]).labels) == 1
 
 
 def test_predict_keeps_the_runs_max_len(tmp_path):

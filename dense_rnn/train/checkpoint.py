@@ -3,8 +3,10 @@
 A workdir holds ``checkpoints/<step>/`` (the latest training states, for resume) and
 ``best/<step>/`` (the parameters with the best validation metric). Orbax writes each
 checkpoint to a temporary directory and renames it when complete, so a run killed while
-saving leaves the previous checkpoint intact. Ctrl-C waits until a save is under way, and
-closing the ``Checkpointer`` on the way out lets it finish.
+saving leaves the previous checkpoint intact. A Ctrl-C while a save is being started is
+held back until it has been, and closing the ``Checkpointer`` on the way out lets the save
+finish. A workdir also keeps the run's identity (``run_identity.json``) and digests of its
+data (``data_fingerprint.json``), which a resume must match.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import hashlib
 import json
 import os
 import signal
@@ -19,7 +22,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import jax
@@ -125,6 +128,21 @@ def _manager(path: str, max_to_keep: int, create: bool = True) -> ocp.Checkpoint
 
 
 IDENTITY_FILE = "run_identity.json"
+DATA_FILE = "data_fingerprint.json"
+
+
+def data_digests(splits: Mapping[str, Sequence[np.ndarray]]) -> dict[str, str]:
+    """A SHA-256 digest of each split: its arrays (word ids, labels) in order, each as
+    little-endian int64 values after its length, so that the same examples in another
+    order, or split otherwise, give another digest."""
+    out = {}
+    for name, arrays in splits.items():
+        h = hashlib.sha256()
+        for a in arrays:
+            a = np.asarray(a, "<i8").ravel()
+            h.update(np.int64(a.size).astype("<i8").tobytes() + a.tobytes())
+        out[name] = h.hexdigest()
+    return out
 
 
 def check_workdir_path(workdir: str) -> None:
@@ -260,11 +278,12 @@ class Checkpointer:
     model and its data); a workdir written under another identity is refused. Its
     ``descriptive`` keys (the paper's numbers beside a config) are stored but not compared,
     so correcting one leaves the runs resumable. The identity is written as the first
-    checkpoint is saved, so a run that fails before that leaves the workdir free for any
-    config. One process at a time trains in a workdir: it is locked until ``close`` (or the
-    process's end), unless a ``locked`` block around it holds the lock already.
-    ``read_only`` (inference) creates, writes and locks nothing there. ``added``: identity
-    keys that older versions left out; a stored identity without one is not compared on it.
+    checkpoint is saved and binds only once one is complete, so a run that fails before that
+    (killed inside that save, too) leaves the workdir free for any config. One process at a
+    time trains in a workdir: it is locked until ``close`` (or the process's end), unless a
+    ``locked`` block around it holds the lock already. ``read_only`` (inference) creates,
+    writes and locks nothing there. ``added``: identity keys that older versions left out; a
+    stored identity without one is not compared on it.
     """
 
     def __init__(self, workdir: str, identity: dict[str, Any], max_to_keep: int = 2,
@@ -281,14 +300,18 @@ class Checkpointer:
         if not read_only and os.path.realpath(workdir) not in _run_locks:
             self._held.enter_context(_hold(workdir))
         try:
-            stored = read_identity(workdir)
-            if stored is not None:
-                self._check_identity(stored)
-            self._identity_written = stored is not None
             self._latest = _manager(os.path.join(workdir, "checkpoints"), max_to_keep,
                                     not read_only)
             # two: a resume drops one saved after the latest checkpoint (``resume``)
             self._best = _manager(os.path.join(workdir, "best"), 2, not read_only)
+            # The identity is written just before the first save: one of a run killed
+            # before that save was complete binds nothing, and is replaced at the next.
+            stored = read_identity(workdir)
+            if not self.has_checkpoint():
+                stored = None
+            if stored is not None:
+                self._check_identity(stored)
+            self._identity_written = stored is not None
         except BaseException:
             self._held.close()
             raise
@@ -317,6 +340,31 @@ class Checkpointer:
             raise UserError(problem)
         if jax.process_index() == 0:  # a multi-host run's hosts share the workdir
             save(path)
+
+    def keep_data_digests(self, digests: dict[str, str], fix: str) -> None:
+        """Refuses to resume on other data than the run's: when the workdir holds a
+        checkpoint and ``DATA_FILE`` the digests (``data_digests``) of other splits, raises a
+        ``UserError`` naming them and ending in ``fix``; else (re)writes the file on the
+        first process. A run from before the file has none, and is not checked."""
+        path = os.path.join(self.workdir, DATA_FILE)
+        if self.latest_step() is not None and os.path.isfile(path):
+            try:
+                with open(path) as f:
+                    stored = json.load(f)
+                changed = [k for k in sorted(set(stored) | set(digests))
+                           if stored.get(k) != digests.get(k)]
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as e:
+                raise UserError(f"{path} is unreadable ({type(e).__name__}); restore it, or "
+                                "delete it to resume without checking the data") from None
+            if changed:
+                raise UserError(f"{self.workdir} was trained on other data (its {DATA_FILE} "
+                                f"differs in the {', '.join(changed)} split(s)); {fix}")
+        if jax.process_index() == 0:  # a multi-host run's hosts share the workdir
+            atomic_write(path, json.dumps(digests, indent=1, sort_keys=True))
+
+    def has_checkpoint(self) -> bool:
+        """Whether a latest or best checkpoint is there (complete: orbax commits each)."""
+        return self._latest.latest_step() is not None or self._best.latest_step() is not None
 
     def latest_step(self) -> int | None:
         """The step of the latest checkpoint, or None before the first."""

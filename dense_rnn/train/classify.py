@@ -237,8 +237,15 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
         state = parallel.put({"params": params, "opt_state": tx.init(params)},
                              parallel.replicated(mesh))
         state, progress = ckpt.resume(state, Progress())
+        if not ckpt.best_readable(state["params"]) or not ckpt.has_best():
+            # none left that the progress record could name (set aside as unreadable, gone
+            # with the damaged latest checkpoint that saved it): chosen anew
+            progress.best_dev, progress.best_dev_epoch, progress.test_at_best_dev = -1.0, 0, 0.0
         steps_per_epoch = -(-len(data.ids["train"]) // c.batch_size)
         checkpoint.check_steps_per_epoch(workdir, progress, steps_per_epoch)
+        ckpt.keep_data_digests(checkpoint.data_digests(
+            {k: [*data.ids[k], data.labels[k]] for k in data.ids}),
+            "pass the run's data (its --data_dir or --hf_dataset) or use a new --workdir")
         progress.done = checkpoint.early_stopped(progress.bad_epochs, c.early_stopping_patience)
         finished = checkpoint.finished_because(progress.done, progress.epoch, c.max_epochs)
         if ckpt.latest_step() is not None:
@@ -264,6 +271,16 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
             if not math.isfinite(ce_sum):
                 raise metrics.not_finite_error(ce_sum / n_train, f"in epoch {progress.epoch + 1}",
                                                workdir, ckpt.latest_step(), RESUMABLE_FIELDS)
+
+        def dev_and_test() -> tuple[float, float]:
+            dev, test = (accuracy(eval_step, state["params"], data.ids[k], data.labels[k],
+                                  c.batch_size, mesh) for k in ("dev", "test"))
+            return dev, test
+
+        def record_best(dev: float, test: float) -> None:
+            progress.best_dev, progress.best_dev_epoch = dev, progress.epoch
+            progress.test_at_best_dev = test
+            ckpt.save_best(progress.global_step, state["params"], {"dev_accuracy": dev})
 
         pace = parallel.Pacer(mesh)
         while not progress.done and progress.epoch < c.max_epochs:
@@ -298,14 +315,10 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
             loss = float(ce_sum) / n_train
             progress.epoch += 1
             progress.step_in_epoch, progress.epoch_ce_sum, progress.epoch_correct = 0, 0.0, 0.0
-            dev = accuracy(eval_step, state["params"], data.ids["dev"], data.labels["dev"],
-                           c.batch_size, mesh)
-            test = accuracy(eval_step, state["params"], data.ids["test"], data.labels["test"],
-                            c.batch_size, mesh)
+            dev, test = dev_and_test()
             if dev > progress.best_dev:
-                progress.best_dev, progress.best_dev_epoch = dev, progress.epoch
-                progress.test_at_best_dev, progress.bad_epochs = test, 0
-                ckpt.save_best(progress.global_step, state["params"], {"dev_accuracy": dev})
+                record_best(dev, test)
+                progress.bad_epochs = 0
             else:
                 progress.bad_epochs += 1
             if test > progress.best_test:
@@ -321,6 +334,11 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
             save()
             if not progress.done and progress.epoch < c.max_epochs and should_stop():
                 raise Interrupted(progress.global_step)  # asked at an epoch's end
+        if progress.global_step and not ckpt.has_best():
+            # a finished run whose best checkpoints were unreadable (set aside above)
+            record_best(*dev_and_test())
+            save()  # the progress record that names them
+            log(f"{title}: no best checkpoint is left: the latest parameters stand for the best")
         ckpt.wait()
         metrics.plot_curves(writer.records, ["train_accuracy", "dev_accuracy", "test_accuracy"],
                             os.path.join(workdir, "curves.png"), title)

@@ -301,6 +301,9 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
             # with the damaged latest checkpoint that saved it, deleted): chosen anew
             progress.best_valid_ppl, progress.best_epoch = float("inf"), 0
         checkpoint.check_steps_per_epoch(workdir, progress, steps_per_epoch)
+        ckpt.keep_data_digests(checkpoint.data_digests(
+            {"train": [corpus.train], "valid": [corpus.valid], "test": [corpus.test]}),
+            "pass the run's --data_dir (or --hf_dataset) or use a new --workdir")
         progress.done = checkpoint.early_stopped(progress.bad_epochs, c.early_stopping_patience)
         finished = checkpoint.finished_because(progress.done, progress.epoch, c.max_epochs,
                                                progress.global_step, c.max_steps)
@@ -360,6 +363,7 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
                 state["carries"] = parallel.put(model.zero_carries(c.batch_size), batch_sharded)
                 progress.epoch_nll, progress.epoch_tokens = 0.0, 0
             pending, timed_steps, t0 = [], 0, time.time()  # per-step NLLs not yet read back
+            window_nll, window_steps = 0.0, 0  # since the last log line (or resume, epoch)
             while progress.step_in_epoch < steps_per_epoch and not stop:
                 x, y = parallel.put(ptb.window(train_streams, progress.step_in_epoch, c.num_steps),
                                     batch_sharded)
@@ -389,11 +393,11 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
                                                    ckpt.discard_from(k - 1), RESUMABLE_FIELDS)
                 for step_nll in nlls:  # one by one: the same sum wherever a resume cut the epoch
                     progress.epoch_nll += float(step_nll)
-                value, pending_steps = float(nlls.sum()), len(nlls)
+                window_nll, window_steps = window_nll + float(nlls.sum()), window_steps + len(nlls)
                 dt = time.time() - t0
                 progress.train_seconds += dt
                 progress.train_tokens += timed_steps * tokens_per_step
-                progress.epoch_tokens += pending_steps * tokens_per_step
+                progress.epoch_tokens += len(nlls) * tokens_per_step
                 if at_log:
                     rate = timed_steps * tokens_per_step / max(dt, 1e-9)
                     left = ((c.max_epochs - progress.epoch) * steps_per_epoch
@@ -402,9 +406,10 @@ def train_and_evaluate(c: LMConfig, data_dir: str | None, workdir: str,
                         left = min(left, c.max_steps - progress.global_step)
                     eta = _format_eta(left * tokens_per_step / rate) if rate else "?"
                     log(f"epoch {progress.epoch + 1} step {progress.step_in_epoch}/"
-                        f"{steps_per_epoch} loss {value / (pending_steps * c.batch_size):.3f} "
-                        f"ppl {perplexity(value / (pending_steps * tokens_per_step)):.2f} "
+                        f"{steps_per_epoch} loss {window_nll / (window_steps * c.batch_size):.3f} "
+                        f"ppl {perplexity(window_nll / (window_steps * tokens_per_step)):.2f} "
                         f"{rate:,.0f} tok/s ETA {eta}")
+                    window_nll, window_steps = 0.0, 0
                 # Restarted before a checkpoint: its write counts in the next set's rate.
                 pending, timed_steps, t0 = [], 0, time.time()
                 if at_ckpt and not stop and progress.step_in_epoch < steps_per_epoch:
