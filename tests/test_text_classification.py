@@ -273,7 +273,7 @@ def test_glove_refuses_non_glove_files_and_non_finite_values(tmp_path):
     (tmp_path / "tabs.txt").write_text("the\t0.1\t0.2\n")
     with pytest.raises(UserError, match=r"tabs.txt:1 is not a GloVe line .*single spaces"):
         load_glove(str(tmp_path / "tabs.txt"))
-    (tmp_path / "blank.txt").write_text("\n\n")
+    (tmp_path / "blank.txt").write_text("\n \t\n\n")
     with pytest.raises(UserError, match="blank.txt has no vector lines .*empty or blank"):
         load_glove(str(tmp_path / "blank.txt"))
 
@@ -288,7 +288,7 @@ def test_glove_refuses_a_row_without_values_or_with_an_empty_field(tmp_path):
         (tmp_path / "g.txt").write_text(rows)
         with pytest.raises(UserError, match=error):
             load_glove(str(tmp_path / "g.txt"), {"the"})
-    (tmp_path / "g.txt").write_text("the 0.1 0.2  \nfilm 1 2\n")  # trailing spaces: fine
+    (tmp_path / "g.txt").write_text("the 0.1 0.2  \n\t\nfilm 1 2\n")  # trailing spaces, blank
     assert set(load_glove(str(tmp_path / "g.txt"))[1]) == {"the", "film"}
 
 

@@ -24,13 +24,14 @@ def _vector_lines(path: str) -> Iterator[tuple[int, list[str]]]:
     try:
         with opener(path, "rt", encoding="utf-8", errors="strict") as f:
             for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
                 fields = line.rstrip("\n").rstrip(" ").split(" ")
-                header = n == 1 and len(fields) == 2 and all(x.isdigit() for x in fields)
-                if "" in fields and fields != [""]:
+                if "" in fields:
                     raise UserError(f"{path}:{n}: an empty field (two spaces in a row, or a "
                                     f"leading space): {line[:40]!r}; fields must be "
                                     "separated by single spaces")
-                if fields != [""] and not header:
+                if not (n == 1 and len(fields) == 2 and all(x.isdigit() for x in fields)):
                     yield n, fields
     except (UnicodeDecodeError, OSError, EOFError, ValueError, zlib.error) as e:
         raise UserError(f"cannot read embeddings {path} ({type(e).__name__}: {e}); "
