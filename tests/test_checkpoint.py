@@ -7,6 +7,7 @@ import re
 import shutil
 import socket
 import sys
+import warnings
 from types import SimpleNamespace
 
 import numpy as np
@@ -306,6 +307,18 @@ def test_a_failed_restores_or_saves_abandoned_work_is_dropped_and_nothing_else(m
     for e in dropped + reported:
         sys.unraisablehook(SimpleNamespace(exc_value=e))
     assert [u.exc_value for u in seen] == reported
+
+
+def test_the_abandoned_metadata_reads_warning_is_dropped_and_no_other():
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.resetwarnings()
+        warnings.simplefilter("always")
+        checkpoint._quiet_closed_loops()
+        for name in ("Store._get_array_metadatas", "Store._get_array_metadatas_too", "other"):
+            warnings.warn(f"coroutine '{name}' was never awaited", RuntimeWarning, stacklevel=1)
+    assert [str(w.message) for w in seen] == [
+        "coroutine 'Store._get_array_metadatas_too' was never awaited",
+        "coroutine 'other' was never awaited"]
 
 
 def test_no_checkpoint_is_moved_aside_unless_an_older_one_restores(tmp_path):

@@ -84,11 +84,19 @@ def _abandoned_work(e: BaseException | None) -> bool:
         e).startswith("Encountered error while reading array index")
 
 
+# The warning an abandoned orbax metadata read gives when garbage collection finds it,
+# at any later moment of the run (it gave two stray lines in a test's resume past a
+# damaged best checkpoint)
+ABANDONED_READ_WARNING = r"coroutine 'Store\._get_array_metadatas' was never awaited"
+
+
 def _quiet_closed_loops() -> None:
     """Drops the unraisable errors of a failed orbax restore's or save's abandoned work
     (``_abandoned_work``; a save that fills the disk leaves the same: a dozen
-    tracebacks, hundreds of lines, above the one line that explains the failure); every
-    other unraisable error is reported as before."""
+    tracebacks, hundreds of lines, above the one line that explains the failure), and
+    the warning of its abandoned metadata read (``ABANDONED_READ_WARNING``); every other
+    unraisable error and warning is reported as before."""
+    warnings.filterwarnings("ignore", ABANDONED_READ_WARNING, RuntimeWarning)
     previous = sys.unraisablehook
     if getattr(previous, "quiet_closed_loops", False):
         return
