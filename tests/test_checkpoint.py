@@ -62,6 +62,33 @@ def test_an_identity_without_a_complete_checkpoint_binds_nothing(tmp_path):
         checkpoint.Checkpointer(str(tmp_path), {"hidden_size": 16})
 
 
+def test_a_refused_run_creates_nothing_in_the_workdir(tmp_path):
+    ckpt = checkpoint.Checkpointer(str(tmp_path), {"hidden_size": 16})
+    ckpt.save(1, {"w": np.zeros(3, np.float32)}, {"epoch": 1})
+    ckpt.close()
+    shutil.rmtree(tmp_path / "best")  # a workdir with no best checkpoint yet, say
+    before = sorted(os.listdir(tmp_path))
+    with pytest.raises(UserError, match="another config"):
+        checkpoint.Checkpointer(str(tmp_path), {"hidden_size": 32})
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_cv_folds_and_sweeps_are_not_bound_by_an_identity_without_a_checkpoint(tmp_path):
+    """``classify``'s workdir checks follow the checkpointer: a fold, or a single run, killed
+    inside its first save binds neither a CV run of another config nor a sweep."""
+    from dense_rnn.train import classify
+
+    for sub in ("cv/fold_0", "single"):
+        first = checkpoint.Checkpointer(str(tmp_path / sub), {"hidden": 16, "fold": 0})
+        first._write_identity()
+        first.close()
+    classify.check_workdir(str(tmp_path / "cv"), {"hidden": 32, "fold": 0}, cv=True)
+    assert checkpoint.binding_identity(str(tmp_path / "single")) is None
+    (tmp_path / "cv" / "fold_0" / "checkpoints" / "7").mkdir(parents=True)  # now complete
+    with pytest.raises(UserError, match=r"another config in fold_0/ \(hidden: 16 -> 32\)"):
+        classify.check_workdir(str(tmp_path / "cv"), {"hidden": 32, "fold": 0}, cv=True)
+
+
 def test_data_digests_tell_order_and_split_apart():
     a, b = np.arange(4), np.arange(4, 6)
     digest = checkpoint.data_digests({"train": [a, b]})["train"]

@@ -634,6 +634,30 @@ def test_a_changed_patience_applies_on_resume(tmp_path, monkeypatch):
     assert (first["epochs"], again["epochs"]) == (2, 3)
 
 
+def test_unreadable_best_parameters_leave_early_stopping_as_it_was(tmp_path, monkeypatch):
+    """A run resumed past an unreadable best checkpoint chooses its best anew (the next
+    epoch's parameters) but counts its epochs without a better dev accuracy from the best
+    it had: with patience 3 and two bad epochs behind it, it stops after one more."""
+    from dense_rnn.configs.families import get_config
+    from dense_rnn.train import classify
+
+    _synthetic_trec(tmp_path, n_train=80, n_test=20)
+    acc = iter(np.linspace(0.9, 0.1, 100))  # every evaluation worse than the one before
+    monkeypatch.setattr(classify, "accuracy", lambda *a, **k: float(next(acc)))
+    c, family = get_config("dc_bilstm")
+    c = dataclasses.replace(c, model_args={**c.model_args, "dl": 1, "dh": 4, "th": 4},
+                            embed_size=8, batch_size=8, max_epochs=3, early_stopping_patience=3)
+    workdir = str(tmp_path / "w")
+    first = classify.run(c, family, "trec", str(tmp_path), workdir, None, log=lambda s: None)
+    assert (first["epochs"], first["best_dev_epoch"]) == (3, 1)
+    for f in (tmp_path / "w" / "best").rglob("*"):
+        if f.is_file() and f.parent.name == "d":
+            f.write_bytes(f.read_bytes()[:10])
+    again = classify.run(dataclasses.replace(c, max_epochs=10), family, "trec", str(tmp_path),
+                         workdir, None, log=lambda s: None)
+    assert (again["epochs"], again["best_dev_epoch"]) == (4, 4)
+
+
 def _synthetic_polarity(root, dataset: str, n: int = 60) -> None:
     """``n`` random sentences of 4-12 words a class in MR's or Subj's files."""
     rng = np.random.default_rng(1)

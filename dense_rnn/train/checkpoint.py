@@ -240,6 +240,18 @@ def read_identity(workdir: str) -> dict[str, Any] | None:
     return identity
 
 
+def binding_identity(workdir: str) -> dict[str, Any] | None:
+    """The identity that the run in ``workdir`` holds it to: its ``run_identity.json`` once
+    a checkpoint of it is complete (orbax renames a step's directory to its number when it
+    is), else None. The identity is written just before the first save, so one left by a
+    run killed inside that save binds nothing, and the next run's first save replaces it."""
+    for sub in ("checkpoints", "best"):
+        path = os.path.join(workdir, sub)
+        if os.path.isdir(path) and any(d.isdigit() for d in os.listdir(path)):
+            return read_identity(workdir)
+    return None
+
+
 def runs_below(workdir: str) -> list[str]:
     """The subdirectories of ``workdir`` that hold a run (CV folds, a sweep's rates, runs
     of a table driver's root), sorted."""
@@ -308,18 +320,14 @@ class Checkpointer:
         if not read_only and os.path.realpath(workdir) not in _run_locks:
             self._held.enter_context(_hold(workdir))
         try:
+            stored = binding_identity(workdir)
+            if stored is not None:
+                self._check_identity(stored)
+            self._identity_written = stored is not None
             self._latest = _manager(os.path.join(workdir, "checkpoints"), max_to_keep,
                                     not read_only)
             # two: a resume drops one saved after the latest checkpoint (``resume``)
             self._best = _manager(os.path.join(workdir, "best"), 2, not read_only)
-            # The identity is written just before the first save: one of a run killed
-            # before that save was complete binds nothing, and is replaced at the next.
-            stored = read_identity(workdir)
-            if not self.has_checkpoint():
-                stored = None
-            if stored is not None:
-                self._check_identity(stored)
-            self._identity_written = stored is not None
         except BaseException:
             self._held.close()
             raise
@@ -369,10 +377,6 @@ class Checkpointer:
                                 f"differs in the {', '.join(changed)} split(s)); {fix}")
         if jax.process_index() == 0:  # a multi-host run's hosts share the workdir
             atomic_write(path, json.dumps(digests, indent=1, sort_keys=True))
-
-    def has_checkpoint(self) -> bool:
-        """Whether a latest or best checkpoint is there (complete: orbax commits each)."""
-        return self._latest.latest_step() is not None or self._best.latest_step() is not None
 
     def latest_step(self) -> int | None:
         """The step of the latest checkpoint, or None before the first."""

@@ -202,6 +202,9 @@ class Progress:
     global_step: int = 0
     best_dev: float = -1.0
     best_dev_epoch: int = 0
+    # the best dev accuracy early stopping compares with; unlike best_dev, it stays when
+    # unreadable best parameters are chosen anew (None: a record from before this field)
+    stopping_best_dev: float | None = None
     test_at_best_dev: float = 0.0
     best_test: float = -1.0
     best_test_epoch: int = 0
@@ -237,6 +240,8 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
         state = parallel.put({"params": params, "opt_state": tx.init(params)},
                              parallel.replicated(mesh))
         state, progress = ckpt.resume(state, Progress())
+        if progress.stopping_best_dev is None:
+            progress.stopping_best_dev = progress.best_dev
         if not ckpt.best_readable(state["params"]) or not ckpt.has_best():
             # none left that the progress record could name (set aside as unreadable, gone
             # with the damaged latest checkpoint that saved it): chosen anew
@@ -318,7 +323,8 @@ def train_split(c: ClassifierConfig, data: Encoded, num_classes: int, workdir: s
             dev, test = dev_and_test()
             if dev > progress.best_dev:
                 record_best(dev, test)
-                progress.bad_epochs = 0
+            if dev > progress.stopping_best_dev:
+                progress.stopping_best_dev, progress.bad_epochs = dev, 0
             else:
                 progress.bad_epochs += 1
             if test > progress.best_test:
@@ -374,7 +380,7 @@ def check_workdir(workdir: str, identity: dict[str, Any], cv: bool) -> None:
     ignored = ("fold", *DESCRIPTIVE_FIELDS)
     folds = sorted(d for d in os.listdir(workdir) if re.fullmatch(r"fold_\d+", d))
     for sub in ([""] if cv else []) + folds:
-        stored = checkpoint.read_identity(os.path.join(workdir, sub))
+        stored = checkpoint.binding_identity(os.path.join(workdir, sub))
         if stored is None:
             continue
         error = checkpoint.identity_error(workdir, stored, identity, ignored,
@@ -509,7 +515,7 @@ def run_lr_sweep(c: ClassifierConfig, rates: list[float], workdir: str,
     summary, with every rate's dev/test accuracy, is written to ``WORKDIR/summary.json``."""
     if not rates or any(not r > 0 for r in rates):
         raise UserError(f"--lr_sweep={rates}: give positive learning rates like 1e-2,1e-3")
-    if os.path.isdir(workdir) and (checkpoint.read_identity(workdir) is not None or any(
+    if os.path.isdir(workdir) and (checkpoint.binding_identity(workdir) is not None or any(
             d.startswith("fold_") for d in os.listdir(workdir))):
         raise UserError(f"workdir {workdir} holds a run without --lr_sweep; use a new "
                         "--workdir for the sweep")
