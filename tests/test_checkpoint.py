@@ -2,6 +2,7 @@
 
 import dataclasses
 import errno
+import json
 import os
 import re
 import shutil
@@ -87,6 +88,28 @@ def test_cv_folds_and_sweeps_are_not_bound_by_an_identity_without_a_checkpoint(t
     (tmp_path / "cv" / "fold_0" / "checkpoints" / "7").mkdir(parents=True)  # now complete
     with pytest.raises(UserError, match=r"another config in fold_0/ \(hidden: 16 -> 32\)"):
         classify.check_workdir(str(tmp_path / "cv"), {"hidden": 32, "fold": 0}, cv=True)
+
+
+def test_keep_data_digests_checks_a_resume_only_against_a_kept_file(tmp_path):
+    """No checkpoint, or a run from before the file: nothing is checked and the file is
+    written; then other digests are refused and an unreadable file is one line."""
+    digests, fix = {"train": "a", "test": "b"}, "pass the run's data"
+    ckpt = checkpoint.Checkpointer(str(tmp_path), {})
+    ckpt.keep_data_digests({"train": "other"}, fix)  # no checkpoint yet: not checked
+    ckpt.save(1, {"w": np.zeros(3, np.float32)}, {"epoch": 1})
+    ckpt.wait()
+    os.remove(tmp_path / checkpoint.DATA_FILE)  # a run from before the file
+    ckpt.keep_data_digests(digests, fix)
+    assert json.loads((tmp_path / checkpoint.DATA_FILE).read_text()) == digests
+    with pytest.raises(UserError, match=r"other data \(its data_fingerprint.json differs in "
+                       r"the test, train split\(s\)\); pass the run's data$"):
+        ckpt.keep_data_digests({"train": "c", "test": "d"}, fix)
+    ckpt.keep_data_digests(digests, fix)  # the same data resumes
+    (tmp_path / checkpoint.DATA_FILE).write_text("{not json")
+    with pytest.raises(UserError, match=r"data_fingerprint.json is unreadable \(JSONDecodeError"
+                       r"\); restore it, or delete it"):
+        ckpt.keep_data_digests(digests, fix)
+    ckpt.close()
 
 
 def test_data_digests_tell_order_and_split_apart():
