@@ -616,21 +616,33 @@ def _tiny_run(data_dir, workdir, max_len: int = 0, dataset: str = "trec", **kwar
                  **kwargs)
 
 
-def test_a_changed_patience_applies_on_resume(tmp_path, monkeypatch):
-    """A run stopped early trains on when resumed with a larger patience."""
+def _declining_run(tmp_path, monkeypatch, **overrides):
+    """A tiny DC-Bi-LSTM config on synthetic TREC whose every evaluation is worse than the
+    one before (``classify.accuracy`` scripted), and ``train(config)``: its record."""
     from dense_rnn.configs.families import get_config
     from dense_rnn.train import classify
 
     _synthetic_trec(tmp_path, n_train=80, n_test=20)
-    acc = iter(np.linspace(0.9, 0.1, 100))  # every evaluation worse than the one before
+    acc = iter(np.linspace(0.9, 0.1, 100))
     monkeypatch.setattr(classify, "accuracy", lambda *a, **k: float(next(acc)))
     c, family = get_config("dc_bilstm")
     c = dataclasses.replace(c, model_args={**c.model_args, "dl": 1, "dh": 4, "th": 4},
-                            embed_size=8, batch_size=8, max_epochs=5, early_stopping_patience=1)
-    workdir = str(tmp_path / "w")
-    first = classify.run(c, family, "trec", str(tmp_path), workdir, None, log=lambda s: None)
-    again = classify.run(dataclasses.replace(c, early_stopping_patience=2), family, "trec",
-                         str(tmp_path), workdir, None, log=lambda s: None)
+                            embed_size=8, batch_size=8, **overrides)
+    return c, lambda config: classify.run(config, family, "trec", str(tmp_path),
+                                          str(tmp_path / "w"), None, log=lambda s: None)
+
+
+def _cut_best_short(workdir) -> None:
+    for f in (workdir / "best").rglob("*"):
+        if f.is_file() and f.parent.name == "d":
+            f.write_bytes(f.read_bytes()[:10])
+
+
+def test_a_changed_patience_applies_on_resume(tmp_path, monkeypatch):
+    """A run stopped early trains on when resumed with a larger patience."""
+    c, train = _declining_run(tmp_path, monkeypatch, max_epochs=5, early_stopping_patience=1)
+    first = train(c)
+    again = train(dataclasses.replace(c, early_stopping_patience=2))
     assert (first["epochs"], again["epochs"]) == (2, 3)
 
 
@@ -638,23 +650,11 @@ def test_unreadable_best_parameters_leave_early_stopping_as_it_was(tmp_path, mon
     """A run resumed past an unreadable best checkpoint chooses its best anew (the next
     epoch's parameters) but counts its epochs without a better dev accuracy from the best
     it had: with patience 3 and two bad epochs behind it, it stops after one more."""
-    from dense_rnn.configs.families import get_config
-    from dense_rnn.train import classify
-
-    _synthetic_trec(tmp_path, n_train=80, n_test=20)
-    acc = iter(np.linspace(0.9, 0.1, 100))  # every evaluation worse than the one before
-    monkeypatch.setattr(classify, "accuracy", lambda *a, **k: float(next(acc)))
-    c, family = get_config("dc_bilstm")
-    c = dataclasses.replace(c, model_args={**c.model_args, "dl": 1, "dh": 4, "th": 4},
-                            embed_size=8, batch_size=8, max_epochs=3, early_stopping_patience=3)
-    workdir = str(tmp_path / "w")
-    first = classify.run(c, family, "trec", str(tmp_path), workdir, None, log=lambda s: None)
+    c, train = _declining_run(tmp_path, monkeypatch, max_epochs=3, early_stopping_patience=3)
+    first = train(c)
     assert (first["epochs"], first["best_dev_epoch"]) == (3, 1)
-    for f in (tmp_path / "w" / "best").rglob("*"):
-        if f.is_file() and f.parent.name == "d":
-            f.write_bytes(f.read_bytes()[:10])
-    again = classify.run(dataclasses.replace(c, max_epochs=10), family, "trec", str(tmp_path),
-                         workdir, None, log=lambda s: None)
+    _cut_best_short(tmp_path / "w")
+    again = train(dataclasses.replace(c, max_epochs=10))
     assert (again["epochs"], again["best_dev_epoch"]) == (4, 4)
 
 
@@ -900,9 +900,7 @@ def test_unreadable_best_parameters_of_a_finished_run_are_saved_anew(tmp_path, c
 
     _synthetic_trec(tmp_path, n_train=40, n_test=8)
     _tiny_run(tmp_path, tmp_path / "w")
-    for f in (tmp_path / "w" / "best").rglob("*"):
-        if f.is_file() and f.parent.name == "d":
-            f.write_bytes(f.read_bytes()[:10])
+    _cut_best_short(tmp_path / "w")
     with pytest.raises(UserError, match="best checkpoint .* cannot be read .* rerun on this"):
         classify_infer.load(str(tmp_path / "w"))
     lines = []
