@@ -455,7 +455,7 @@ def test_bad_workdirs_and_files(corpus_dir, tmp_path):
     one_line_error(run_binary("--config=tiny", f"--data_dir={corpus_dir}", f"--workdir={cv}"),
                    f"{cv} holds other runs in fold_0 (a classifier's folds or sweep")
     bad = tmp_path / "bad_identity"
-    bad.mkdir()
+    (bad / "checkpoints" / "40").mkdir(parents=True)  # a complete checkpoint: it binds
     (bad / "run_identity.json").write_text("{not json")
     one_line_error(run_binary("--config=tiny", f"--data_dir={corpus_dir}", f"--workdir={bad}"),
                    "run_identity.json is unreadable")
