@@ -252,6 +252,21 @@ def binding_identity(workdir: str) -> dict[str, Any] | None:
     return None
 
 
+def _read_digests(path: str) -> dict[str, str]:
+    """The split digests kept at ``path`` (``Checkpointer.keep_data_digests``)."""
+    try:
+        with open(path) as f:
+            stored = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        why = type(e).__name__
+    else:
+        if isinstance(stored, dict):
+            return stored
+        why = "not a JSON object"
+    raise UserError(f"{path} is unreadable ({why}); restore it, or delete it to resume "
+                    "without checking the data")
+
+
 def runs_below(workdir: str) -> list[str]:
     """The subdirectories of ``workdir`` that hold a run (CV folds, a sweep's rates, runs
     of a table driver's root), sorted."""
@@ -347,36 +362,33 @@ class Checkpointer:
         self._identity_written = True
 
     def keep_data_file(self, path: str, load: Callable[[str], Any], save: Callable[[str], None],
-                       current: Any, problem: str) -> None:
-        """Keeps the run's data description ``current`` (a vocabulary) at ``path``, written by
-        ``save`` on the first process, after refusing to resume on other data: when the
-        workdir holds a checkpoint and the file (as ``load`` reads it) differs from
-        ``current``, raises ``UserError(problem)``."""
-        if self.latest_step() is not None and os.path.isfile(path) and load(path) != current:
-            raise UserError(problem)
+                       current: Any, problem: str | Callable[[Any], str]) -> None:
+        """Keeps the run's data description ``current`` (a vocabulary, digests) at ``path``,
+        written by ``save`` on the first process, after refusing to resume on other data:
+        when the workdir holds a checkpoint and the file (as ``load`` reads it) differs from
+        ``current``, raises ``UserError(problem)`` (a function of the stored value: its
+        result). A run from before the file has none, and is not checked."""
+        if self.latest_step() is not None and os.path.isfile(path):
+            stored = load(path)
+            if stored != current:
+                raise UserError(problem(stored) if callable(problem) else problem)
         if jax.process_index() == 0:  # a multi-host run's hosts share the workdir
             save(path)
 
     def keep_data_digests(self, digests: dict[str, str], fix: str) -> None:
-        """Refuses to resume on other data than the run's: when the workdir holds a
-        checkpoint and ``DATA_FILE`` the digests (``data_digests``) of other splits, raises a
-        ``UserError`` naming them and ending in ``fix``; else (re)writes the file on the
-        first process. A run from before the file has none, and is not checked."""
-        path = os.path.join(self.workdir, DATA_FILE)
-        if self.latest_step() is not None and os.path.isfile(path):
-            try:
-                with open(path) as f:
-                    stored = json.load(f)
-                changed = [k for k in sorted(set(stored) | set(digests))
-                           if stored.get(k) != digests.get(k)]
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as e:
-                raise UserError(f"{path} is unreadable ({type(e).__name__}); restore it, or "
-                                "delete it to resume without checking the data") from None
-            if changed:
-                raise UserError(f"{self.workdir} was trained on other data (its {DATA_FILE} "
-                                f"differs in the {', '.join(changed)} split(s)); {fix}")
-        if jax.process_index() == 0:  # a multi-host run's hosts share the workdir
-            atomic_write(path, json.dumps(digests, indent=1, sort_keys=True))
+        """``keep_data_file`` for the digests of the run's splits (``data_digests``) in
+        ``DATA_FILE``: other digests are refused naming their splits, the error ending in
+        ``fix``."""
+        def differs(stored: dict[str, str]) -> str:
+            changed = sorted(k for k in set(stored) | set(digests)
+                             if stored.get(k) != digests.get(k))
+            return (f"{self.workdir} was trained on other data (its {DATA_FILE} differs in "
+                    f"the {', '.join(changed)} split(s)); {fix}")
+
+        self.keep_data_file(
+            os.path.join(self.workdir, DATA_FILE), _read_digests,
+            lambda path: atomic_write(path, json.dumps(digests, indent=1, sort_keys=True)),
+            digests, differs)
 
     def latest_step(self) -> int | None:
         """The step of the latest checkpoint, or None before the first."""
